@@ -1,0 +1,42 @@
+# KTAP output for the guest: every line goes to fd 3 (the host's KTAP
+# channel) and to the console, so the console log reads in order.
+
+ktap_line() {
+	echo "$*" >&3
+	echo "$*"
+}
+
+ktap_plan() {
+	KTAP_N=0
+	ktap_line "KTAP version 1"
+	ktap_line "1..$1"
+}
+
+ktap_skip_all() {
+	ktap_line "KTAP version 1"
+	ktap_line "1..0 # SKIP $1"
+}
+
+# ktap_run_step STEP: run step_NAME [ARG] for STEP = NAME[=ARG]; its output
+# becomes diagnostic lines, its status the result.
+ktap_run_step() {
+	local step=$1 name arg out status=0
+
+	name=${step%%=*}
+	arg=
+	[ "$name" = "$step" ] || arg=${step#*=}
+	KTAP_N=$((KTAP_N + 1))
+	if ! type "step_$name" >/dev/null 2>&1; then
+		ktap_line "not ok $KTAP_N $step # unknown step"
+		return
+	fi
+	out=$("step_$name" "$arg" 2>&1) || status=$?
+	if [ -n "$out" ]; then
+		echo "$out" | while IFS= read -r line; do ktap_line "# $line"; done
+	fi
+	if [ "$status" -eq 0 ]; then
+		ktap_line "ok $KTAP_N $step"
+	else
+		ktap_line "not ok $KTAP_N $step"
+	fi
+}

@@ -1,0 +1,103 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * modctl: load or unload a kernel module with exactly one system call and
+ * print the outcome as an errno name ("OK", "EIO", "EBUSY", ...).
+ *
+ * busybox insmod falls back to init_module() when finit_module() fails, so a
+ * module whose init fails would run its init twice.  The harness needs the
+ * first and only result.
+ *
+ *   modctl load FILE [PARAM=VALUE ...]   finit_module(FILE, "PARAMS", 0)
+ *   modctl unload NAME [force]           delete_module(NAME, O_NONBLOCK
+ *                                        [| O_TRUNC])
+ *
+ * Exit status: 0 when the call succeeded, 1 when it failed, 2 on bad usage.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+static int report(long ret)
+{
+	if (ret == 0) {
+		puts("OK");
+		return 0;
+	}
+	puts(strerrorname_np(errno) ? strerrorname_np(errno) : "EUNKNOWN");
+	return 1;
+}
+
+static int usage(void)
+{
+	fputs("usage: modctl load FILE [PARAM=VALUE ...]\n"
+	      "       modctl unload NAME [force]\n", stderr);
+	return 2;
+}
+
+/* finit_module() takes the parameters as one space-separated string. */
+static char *join_params(int argc, char **argv)
+{
+	size_t len = 1;
+	char *params;
+	int i;
+
+	for (i = 0; i < argc; i++)
+		len += strlen(argv[i]) + 1;
+	params = calloc(1, len);
+	if (!params)
+		return NULL;
+	for (i = 0; i < argc; i++) {
+		if (i)
+			strcat(params, " ");
+		strcat(params, argv[i]);
+	}
+	return params;
+}
+
+static int load(int argc, char **argv)
+{
+	char *params;
+	int fd;
+
+	if (argc < 1)
+		return usage();
+	fd = open(argv[0], O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "modctl: %s: %s\n", argv[0], strerror(errno));
+		return 2;
+	}
+	params = join_params(argc - 1, argv + 1);
+	if (!params)
+		return 2;
+	return report(syscall(SYS_finit_module, fd, params, 0));
+}
+
+static int unload(int argc, char **argv)
+{
+	int flags = O_NONBLOCK;
+
+	if (argc < 1 || argc > 2)
+		return usage();
+	if (argc == 2) {
+		if (strcmp(argv[1], "force"))
+			return usage();
+		flags |= O_TRUNC;
+	}
+	return report(syscall(SYS_delete_module, argv[0], flags));
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2)
+		return usage();
+	if (!strcmp(argv[1], "load"))
+		return load(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "unload"))
+		return unload(argc - 2, argv + 2);
+	return usage();
+}
