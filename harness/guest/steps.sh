@@ -29,7 +29,7 @@ step_unload() {
 found_partitions() {
 	local part
 
-	for part in /sys/block/$DISK/${DISK}p*; do
+	for part in "/sys/block/$DISK/${DISK}p"*; do
 		[ -e "$part" ] || continue
 		echo "${part##*p} $(cat "$part/start") $(cat "$part/size")"
 	done | sort -n
@@ -41,7 +41,7 @@ golden_partitions() {
 
 # partitions: sysfs and /proc/partitions show exactly the golden table.
 step_partitions() {
-	local expected found nr start size blocks status=0
+	local expected found nr size blocks status=0
 
 	expected=$(golden_partitions)
 	found=$(found_partitions)
@@ -53,7 +53,7 @@ step_partitions() {
 		echo "${found:-  (no partitions)}" | sed 's/^/  /'
 		status=1
 	fi
-	while read -r nr start size; do
+	while read -r nr _ size; do
 		blocks=$(awk -v p="${DISK}p$nr" '$4 == p { print $3 }' /proc/partitions)
 		if [ "$blocks" != $((size / 2)) ]; then
 			echo "/proc/partitions ${DISK}p$nr: ${blocks:-missing} KiB, expected $((size / 2))"
@@ -71,9 +71,9 @@ step_data() {
 	local nr sum got status=0
 
 	while read -r nr sum; do
-		got=$(sha256sum < "/dev/${DISK}p$nr" | cut -d' ' -f1)
+		got=$(md5sum < "/dev/${DISK}p$nr" | cut -d' ' -f1)
 		if [ "$got" != "$sum" ]; then
-			echo "${DISK}p$nr: sha256 $got, expected $sum"
+			echo "${DISK}p$nr: md5 $got, expected $sum"
 			status=1
 		fi
 	done < "$GOLDEN/$IMAGE.sums"
