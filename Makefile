@@ -98,10 +98,11 @@ $(BUILD)/kernel/%/arch/x86/boot/bzImage: $(BUILD)/kernel/%/.config
 
 # --- driver ------------------------------------------------------------------
 # Built from a copy so the repository's driver/ never holds objects.
-$(BUILD)/driver/%/raceblk.ko: driver/raceblk.c driver/Kbuild driver/Makefile \
-		$(BUILD)/kernel/%/arch/x86/boot/bzImage
+DRIVER_SOURCES := $(wildcard driver/*.c) driver/Kbuild driver/Makefile
+
+$(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/arch/x86/boot/bzImage
 	@mkdir -p $(@D)
-	@cp driver/raceblk.c driver/Kbuild driver/Makefile $(@D)/
+	@cp $(DRIVER_SOURCES) $(@D)/
 	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$* \
 		CC="ccache gcc" W=1
 
@@ -120,7 +121,7 @@ $(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $(IMAGE_FILES) $(GUEST_B
 		$(wildcard harness/guest/*) harness/scenarios harness/mkinitramfs \
 		$(wildcard images/*.expected)
 	@echo "  CPIO    $@"
-	@harness/mkinitramfs $@ $< $(BUILD)/images $(GUEST_BINS)
+	@harness/mkinitramfs $@ $(<D) $(BUILD)/images $(GUEST_BINS)
 
 # --- entry points ------------------------------------------------------------
 test: deps
