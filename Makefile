@@ -17,7 +17,7 @@ SHELL := /bin/bash
 TOP := $(CURDIR)
 BUILD := $(TOP)/build
 KERNEL_TARBALL ?= /usr/src/linux-source-6.1.tar.xz
-VARIANTS ?= vanilla
+VARIANTS ?= vanilla isolate fixed
 IMAGES := $(patsubst images/%.parted,%,$(wildcard images/*.parted))
 JOBS ?= $(shell nproc)
 
@@ -43,7 +43,8 @@ INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio)
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 
-.PHONY: all deps kernel driver images initramfs test race-demo bench clean distclean
+.PHONY: all deps kernel kernels driver images initramfs test race-demo bench \
+	series-check series-tree clean distclean
 all: initramfs
 
 deps:
@@ -61,7 +62,7 @@ deps:
 	apt-get update -qq; \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing
 
-kernel: $(KERNELS)
+kernel kernels: $(KERNELS)
 driver: $(MODULES)
 images: $(IMAGE_FILES)
 initramfs: $(INITRAMFS)
@@ -131,6 +132,15 @@ test: deps
 race-demo: deps
 	@echo "race-demo: coming soon: it needs the patched kernels and the hold/release"
 	@echo "race-demo: harness (issues 4 and 5). Until then, 'make test' runs what exists."
+
+# Every prefix of the series builds and is checkpatch --strict clean; the
+# series also builds with CONFIG_MODULE_UNLOAD=n and CONFIG_MODULES=n.
+series-check: deps
+	@kernel-patches/series-check
+
+# A git tree with the series as commits, to edit the patches.
+series-tree: deps
+	@kernel-patches/series-check --tree-only
 
 bench: deps
 	@VARIANTS="$(VARIANTS)" harness/bench

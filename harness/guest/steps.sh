@@ -6,22 +6,44 @@ KO=/lib/modules/raceblk.ko
 DISK=raceblk0
 GOLDEN=/lib/raceblk/images
 
+# modctl_expect EXPECTED ARGS...: run modctl ARGS, say what it gave.
+modctl_expect() {
+	local expected=$1 got
+
+	shift
+	got=$(modctl "$@")
+	echo "modctl $*: $got, expected $expected"
+	[ "$got" = "$expected" ]
+}
+
 # load=ERRNO: finit_module() once with the row's parameters gives ERRNO.
 step_load() {
-	local got
-
 	# shellcheck disable=SC2086 # PARAMS is a word list
-	got=$(modctl load "$KO" $PARAMS)
-	echo "finit_module(raceblk.ko, \"$PARAMS\") = $got, expected $1"
-	[ "$got" = "$1" ]
+	modctl_expect "$1" load "$KO" $PARAMS
 }
 
 # unload=ERRNO: delete_module(raceblk, O_NONBLOCK) gives ERRNO.
 step_unload() {
+	modctl_expect "$1" unload raceblk
+}
+
+# force_unload=ERRNO: delete_module(raceblk, O_NONBLOCK | O_TRUNC), which
+# is rmmod -f, gives ERRNO.
+step_force_unload() {
+	modctl_expect "$1" unload raceblk force
+}
+
+# notifier: load modnotify, which logs every module notifier event.
+step_notifier() {
+	modctl_expect OK load /lib/modules/modnotify.ko
+}
+
+# notify=EVENT,EVENT...: the notifier events raceblk got, in order.
+step_notify() {
 	local got
 
-	got=$(modctl unload raceblk)
-	echo "delete_module(raceblk) = $got, expected $1"
+	got=$(dmesg | sed -n 's/.*modnotify: raceblk \([A-Z]*\)$/\1/p' | tr '\n' , | sed 's/,$//')
+	echo "notifier events for raceblk: ${got:-none}, expected $1"
 	[ "$got" = "$1" ]
 }
 
@@ -81,6 +103,31 @@ step_data() {
 	return $status
 }
 
+# no_partitions: the disk is there, without partitions.
+step_no_partitions() {
+	local found
+
+	found=$(found_partitions)
+	grep " $DISK" /proc/partitions
+	[ -e /sys/block/$DISK ] || { echo "no $DISK"; return 1; }
+	if [ -n "$found" ]; then
+		echo "partitions found:"
+		echo "$found"
+		return 1
+	fi
+	echo "$DISK has no partitions"
+}
+
+# open_disk: open the whole disk and read its first sector.
+step_open_disk() {
+	dd if=/dev/$DISK of=/dev/null bs=512 count=1 2>&1 | head -n 1
+}
+
+# rereadpt: ask the kernel to scan the partition table again (BLKRRPART).
+step_rereadpt() {
+	blockdev --rereadpt /dev/$DISK && echo "BLKRRPART on $DISK: OK"
+}
+
 # no_disk: the disk and its partitions are gone.
 step_no_disk() {
 	if [ -e /sys/block/$DISK ] || grep -q " $DISK" /proc/partitions; then
@@ -111,6 +158,45 @@ step_scanned_in_init() {
 	echo "scan: ${scan#*:}"
 	echo "fail: ${fail#*:}"
 	[ -n "$scan" ] && [ -n "$fail" ] && [ "${scan%%:*}" -lt "${fail%%:*}" ]
+}
+
+# not_scanned: the kernel never listed partitions of the disk.
+step_not_scanned() {
+	if dmesg | grep " $DISK: p"; then
+		echo "partitions of $DISK were scanned"
+		return 1
+	fi
+	echo "no partition scan of $DISK in the kernel log"
+}
+
+# refused=MODULE: try_module_get() refused MODULE during its init, with
+# the warning that names it and the caller.
+step_refused() {
+	local line
+
+	line=$(dmesg | grep -F "$1: try_module_get() from" | head -n 1)
+	echo "warning: ${line:-no try_module_get() warning naming $1}"
+	[ -n "$line" ]
+}
+
+# stuck: raceblk's init failed after it was made live, so it is kept:
+# logged as unsafe and stuck, live in /proc/modules with the "!" flag,
+# unsafe in sysfs.
+step_stuck() {
+	local unsafe stuck proc status=0
+
+	unsafe=$(dmesg | grep -F "raceblk: cannot be unloaded due to unsafe usage" | head -n 1)
+	stuck=$(dmesg | grep -F "raceblk: module is now stuck" | head -n 1)
+	proc=$(grep '^raceblk ' /proc/modules)
+	echo "log: ${unsafe:-no unsafe line}"
+	echo "log: ${stuck:-no stuck line}"
+	echo "/proc/modules: ${proc:-no raceblk}"
+	echo "/sys/module/raceblk: initstate $(cat /sys/module/raceblk/initstate 2>&1), unsafe $(cat /sys/module/raceblk/unsafe 2>&1)"
+	[ -n "$unsafe" ] && [ -n "$stuck" ] || status=1
+	case $proc in *" Live "*"!)") ;; *) status=1 ;; esac
+	[ "$(cat /sys/module/raceblk/initstate 2>&1)" = live ] || status=1
+	[ "$(cat /sys/module/raceblk/unsafe 2>&1)" = 1 ] || status=1
+	return $status
 }
 
 # pr_err=TEXT: the driver logged "raceblk: TEXT..." at KERN_ERR.
