@@ -5,31 +5,38 @@
  * add_disk() makes a disk visible and scans its partitions, so the block
  * layer calls into this module while its init is still running.  If init
  * then fails, the module is freed while the disk may still be in use.
- * raceblk fails its init at a point chosen with fail_at=, so a harness can
- * show what each kernel does about that.
+ * raceblk fails its init at a point chosen with fail_at=, and can wait at a
+ * point chosen with hold= until the harness writes the release parameter,
+ * so a test can open the disk at exactly that moment.
  *
  * The disk's contents come from an image file loaded with request_firmware()
- * (image=, relative to /lib/firmware) and live in memory.
+ * (image=, relative to /lib/firmware) and live in memory.  io_delay_ms=
+ * completes each request that long after it was queued, so that I/O can be
+ * outstanding on purpose.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/module.h>
 #include <linux/moduleparam.h>
 #include <linux/blk-mq.h>
+#include <linux/blkdev.h>
+#include <linux/completion.h>
 #include <linux/firmware.h>
 #include <linux/highmem.h>
+#include <linux/hrtimer.h>
 #include <linux/vmalloc.h>
 
 /*
- * The points where init can fail, in the order init reaches them.  The names
- * are the values of fail_at= and of the read-only stage parameter.
+ * The points where init can fail or wait, in the order init reaches them.
+ * The names are the values of fail_at= and hold=.
  */
 enum raceblk_point {
 	RACEBLK_NONE,		/* never reached: init runs to the end */
-	RACEBLK_ALLOC,
+	RACEBLK_ALLOC,		/* image loaded, nothing visible yet */
 	RACEBLK_BEFORE_ADD_DISK,
-	RACEBLK_AFTER_ADD_DISK,
-	RACEBLK_LATE,
+	RACEBLK_AFTER_ADD_DISK,	/* disk and partitions visible */
+	RACEBLK_AFTER_SCAN_IO,	/* init has read its own disk */
+	RACEBLK_LATE,		/* everything done, about to return */
 	RACEBLK_NR_POINTS,
 };
 
@@ -38,35 +45,111 @@ static const char * const raceblk_point_names[RACEBLK_NR_POINTS] = {
 	[RACEBLK_ALLOC]			= "alloc",
 	[RACEBLK_BEFORE_ADD_DISK]	= "before_add_disk",
 	[RACEBLK_AFTER_ADD_DISK]	= "after_add_disk",
+	[RACEBLK_AFTER_SCAN_IO]		= "after_scan_io",
 	[RACEBLK_LATE]			= "late",
 };
 
+/* What init does on failure once the disk was added. */
+enum raceblk_unwind {
+	RACEBLK_UNWIND_CLEAN,	/* del_gendisk(), put_disk(), free the tag set */
+	RACEBLK_UNWIND_LEAK,	/* a buggy driver: return, leave the disk */
+};
+
+static const char * const raceblk_unwind_names[] = {
+	[RACEBLK_UNWIND_CLEAN]	= "clean",
+	[RACEBLK_UNWIND_LEAK]	= "leak",
+};
+
+#define RACEBLK_MAX_DELAY_MS	10000
+#define RACEBLK_MAX_HOLD_MS	600000
+
 static char *g_fail_at = "none";
 module_param_named(fail_at, g_fail_at, charp, 0444);
-MODULE_PARM_DESC(fail_at, "Point where init fails: none, alloc, before_add_disk, after_add_disk, late. Default: none");
+MODULE_PARM_DESC(fail_at, "Point where init fails: none, alloc, before_add_disk, after_add_disk, after_scan_io, late. Default: none");
 
 static int g_fail_errno = EIO;
 module_param_named(fail_errno, g_fail_errno, int, 0444);
 MODULE_PARM_DESC(fail_errno, "Positive errno init fails with at fail_at. Default: 5 (EIO)");
+
+static char *g_hold = "none";
+module_param_named(hold, g_hold, charp, 0444);
+MODULE_PARM_DESC(hold, "Point where init waits for the release parameter (names as fail_at). Default: none");
+
+static unsigned int g_hold_timeout_ms = 30000;
+module_param_named(hold_timeout_ms, g_hold_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(hold_timeout_ms, "How long init waits at hold before going on, 1..600000. Default: 30000");
+
+static int g_io_delay_ms;
+module_param_named(io_delay_ms, g_io_delay_ms, int, 0444);
+MODULE_PARM_DESC(io_delay_ms, "Complete each request this long after it is queued, 0..10000. Default: 0");
+
+static char *g_unwind = "clean";
+module_param_named(unwind, g_unwind, charp, 0444);
+MODULE_PARM_DESC(unwind, "Error path once the disk was added: clean (del_gendisk) or leak (leave the disk). Default: clean");
 
 static char *g_image = "raceblk/mbr-primary.img";
 module_param_named(image, g_image, charp, 0444);
 MODULE_PARM_DESC(image, "Disk image, a firmware path under /lib/firmware. Default: raceblk/mbr-primary.img");
 
 static enum raceblk_point g_fail_point;
-/* A failure point's name, or "loading" before the first, "live" after init. */
-static const char *g_stage = "loading";
+static enum raceblk_point g_hold_point;
+static enum raceblk_unwind g_unwind_mode;
+static DECLARE_COMPLETION(raceblk_released);
+
+/* Where init is, for the read-only stage parameter. */
+enum raceblk_stage {
+	RACEBLK_STAGE_LOADING,	/* before the first point */
+	RACEBLK_STAGE_AT,	/* passed g_stage_point */
+	RACEBLK_STAGE_HELD,	/* waiting at g_stage_point for release */
+	RACEBLK_STAGE_FAILED,	/* init failed at g_stage_point */
+	RACEBLK_STAGE_LIVE,	/* init succeeded */
+};
+
+static enum raceblk_stage g_stage;
+static enum raceblk_point g_stage_point;
+
+static void raceblk_set_stage(enum raceblk_stage stage, enum raceblk_point point)
+{
+	WRITE_ONCE(g_stage_point, point);
+	WRITE_ONCE(g_stage, stage);
+}
 
 static int raceblk_stage_get(char *buffer, const struct kernel_param *kp)
 {
-	return sysfs_emit(buffer, "%s\n", READ_ONCE(g_stage));
+	const char *point = raceblk_point_names[READ_ONCE(g_stage_point)];
+
+	switch (READ_ONCE(g_stage)) {
+	case RACEBLK_STAGE_LOADING:
+		return sysfs_emit(buffer, "loading\n");
+	case RACEBLK_STAGE_AT:
+		return sysfs_emit(buffer, "%s\n", point);
+	case RACEBLK_STAGE_HELD:
+		return sysfs_emit(buffer, "held at %s\n", point);
+	case RACEBLK_STAGE_FAILED:
+		return sysfs_emit(buffer, "failed at %s\n", point);
+	case RACEBLK_STAGE_LIVE:
+		return sysfs_emit(buffer, "live\n");
+	}
+	return -EINVAL;
 }
 
 static const struct kernel_param_ops raceblk_stage_ops = {
 	.get = raceblk_stage_get,
 };
 module_param_cb(stage, &raceblk_stage_ops, NULL, 0444);
-MODULE_PARM_DESC(stage, "Read-only: the last failure point init reached, or loading, or live");
+MODULE_PARM_DESC(stage, "Read-only: loading, a point name, \"held at <point>\", \"failed at <point>\" or live");
+
+static int raceblk_release_set(const char *val, const struct kernel_param *kp)
+{
+	complete_all(&raceblk_released);
+	return 0;
+}
+
+static const struct kernel_param_ops raceblk_release_ops = {
+	.set = raceblk_release_set,
+};
+module_param_cb(release, &raceblk_release_ops, NULL, 0200);
+MODULE_PARM_DESC(release, "Write anything to let init go on from hold");
 
 struct raceblk_dev {
 	void *data;		/* the disk's contents */
@@ -75,48 +158,118 @@ struct raceblk_dev {
 	struct gendisk *disk;
 };
 
+/* Per request: completed by a timer when io_delay_ms is set. */
+struct raceblk_cmd {
+	struct hrtimer timer;
+	blk_status_t status;
+};
+
 static struct raceblk_dev *g_dev;
 
+static void raceblk_hold(enum raceblk_point point)
+{
+	unsigned long left;
+
+	raceblk_set_stage(RACEBLK_STAGE_HELD, point);
+	pr_info("init held at %s until release is written\n",
+		raceblk_point_names[point]);
+	left = wait_for_completion_timeout(&raceblk_released,
+					   msecs_to_jiffies(g_hold_timeout_ms));
+	if (left)
+		pr_info("init released at %s\n", raceblk_point_names[point]);
+	else
+		pr_warn("hold at %s timed out after %u ms, going on\n",
+			raceblk_point_names[point], g_hold_timeout_ms);
+	raceblk_set_stage(RACEBLK_STAGE_AT, point);
+}
+
 /*
- * Record that init reached @point and return the error to fail with there,
- * or 0 to go on.
+ * Record that init reached @point, wait there if hold= names it, and return
+ * the error to fail with there, or 0 to go on.
  */
 static int raceblk_reach(enum raceblk_point point)
 {
-	WRITE_ONCE(g_stage, raceblk_point_names[point]);
+	raceblk_set_stage(RACEBLK_STAGE_AT, point);
+	if (point == g_hold_point)
+		raceblk_hold(point);
 	if (point != g_fail_point)
 		return 0;
+	raceblk_set_stage(RACEBLK_STAGE_FAILED, point);
 	pr_info("failing init at %s with %pe\n", raceblk_point_names[point],
 		ERR_PTR(-g_fail_errno));
 	return -g_fail_errno;
 }
 
+/* The index of @value in @names, or -EINVAL with a pr_err naming @param. */
+static int raceblk_parse_name(const char *param, const char *value,
+			      const char * const *names, size_t nr_names)
+{
+	int i = match_string(names, nr_names, value);
+
+	if (i < 0)
+		pr_err("%s=%s: unknown value\n", param, value);
+	return i;
+}
+
+static int raceblk_check_range(const char *param, long long value,
+			       long long min, long long max)
+{
+	if (value >= min && value <= max)
+		return 0;
+	pr_err("%s=%lld: must be %lld..%lld\n", param, value, min, max);
+	return -EINVAL;
+}
+
 static int raceblk_parse_params(void)
 {
-	int point;
+	int i;
 
-	point = match_string(raceblk_point_names, RACEBLK_NR_POINTS, g_fail_at);
-	if (point < 0) {
-		pr_err("fail_at=%s: unknown failure point\n", g_fail_at);
+	i = raceblk_parse_name("fail_at", g_fail_at, raceblk_point_names,
+			       RACEBLK_NR_POINTS);
+	if (i < 0)
 		return -EINVAL;
-	}
-	g_fail_point = point;
+	g_fail_point = i;
 
-	if (g_fail_errno <= 0 || g_fail_errno > MAX_ERRNO) {
-		pr_err("fail_errno=%d: must be a positive errno\n", g_fail_errno);
+	i = raceblk_parse_name("hold", g_hold, raceblk_point_names,
+			       RACEBLK_NR_POINTS);
+	if (i < 0)
 		return -EINVAL;
-	}
+	g_hold_point = i;
+
+	i = raceblk_parse_name("unwind", g_unwind, raceblk_unwind_names,
+			       ARRAY_SIZE(raceblk_unwind_names));
+	if (i < 0)
+		return -EINVAL;
+	g_unwind_mode = i;
+
+	if (raceblk_check_range("fail_errno", g_fail_errno, 1, MAX_ERRNO) ||
+	    raceblk_check_range("io_delay_ms", g_io_delay_ms, 0, RACEBLK_MAX_DELAY_MS) ||
+	    raceblk_check_range("hold_timeout_ms", g_hold_timeout_ms, 1, RACEBLK_MAX_HOLD_MS))
+		return -EINVAL;
 	return 0;
 }
 
-static void raceblk_transfer(struct raceblk_dev *dev, struct request *rq)
+static blk_status_t raceblk_transfer(struct raceblk_dev *dev, struct request *rq)
 {
 	loff_t pos = (loff_t)blk_rq_pos(rq) << SECTOR_SHIFT;
 	struct req_iterator iter;
 	struct bio_vec bvec;
 
+	if (blk_rq_pos(rq) + blk_rq_sectors(rq) > dev->capacity)
+		return BLK_STS_IOERR;
+
+	switch (req_op(rq)) {
+	case REQ_OP_READ:
+	case REQ_OP_WRITE:
+		break;
+	case REQ_OP_FLUSH:
+		return BLK_STS_OK;
+	default:
+		return BLK_STS_NOTSUPP;
+	}
+
 	rq_for_each_segment(bvec, rq, iter) {
-		if (rq_data_dir(rq) == WRITE)
+		if (req_op(rq) == REQ_OP_WRITE)
 			memcpy_from_page(dev->data + pos, bvec.bv_page,
 					 bvec.bv_offset, bvec.bv_len);
 		else
@@ -124,36 +277,51 @@ static void raceblk_transfer(struct raceblk_dev *dev, struct request *rq)
 				       dev->data + pos, bvec.bv_len);
 		pos += bvec.bv_len;
 	}
+	return BLK_STS_OK;
 }
 
+static enum hrtimer_restart raceblk_cmd_timer_expired(struct hrtimer *timer)
+{
+	struct raceblk_cmd *cmd = container_of(timer, struct raceblk_cmd, timer);
+
+	blk_mq_end_request(blk_mq_rq_from_pdu(cmd), cmd->status);
+	return HRTIMER_NORESTART;
+}
+
+/*
+ * Data moves when the request is queued; with io_delay_ms only its
+ * completion waits, so the request stays in flight for that long.
+ */
 static blk_status_t raceblk_queue_rq(struct blk_mq_hw_ctx *hctx,
 				     const struct blk_mq_queue_data *bd)
 {
 	struct raceblk_dev *dev = hctx->queue->queuedata;
 	struct request *rq = bd->rq;
+	struct raceblk_cmd *cmd = blk_mq_rq_to_pdu(rq);
 
 	blk_mq_start_request(rq);
-	if (blk_rq_pos(rq) + blk_rq_sectors(rq) > dev->capacity) {
-		blk_mq_end_request(rq, BLK_STS_IOERR);
-		return BLK_STS_OK;
-	}
-	switch (req_op(rq)) {
-	case REQ_OP_READ:
-	case REQ_OP_WRITE:
-		raceblk_transfer(dev, rq);
-		break;
-	case REQ_OP_FLUSH:
-		break;
-	default:
-		blk_mq_end_request(rq, BLK_STS_NOTSUPP);
-		return BLK_STS_OK;
-	}
-	blk_mq_end_request(rq, BLK_STS_OK);
+	cmd->status = raceblk_transfer(dev, rq);
+	if (g_io_delay_ms)
+		hrtimer_start(&cmd->timer, ms_to_ktime(g_io_delay_ms),
+			      HRTIMER_MODE_REL);
+	else
+		blk_mq_end_request(rq, cmd->status);
 	return BLK_STS_OK;
+}
+
+static int raceblk_init_request(struct blk_mq_tag_set *set, struct request *rq,
+				unsigned int hctx_idx, unsigned int numa_node)
+{
+	struct raceblk_cmd *cmd = blk_mq_rq_to_pdu(rq);
+
+	hrtimer_init(&cmd->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+	cmd->timer.function = raceblk_cmd_timer_expired;
+	return 0;
 }
 
 static const struct blk_mq_ops raceblk_mq_ops = {
 	.queue_rq	= raceblk_queue_rq,
+	.init_request	= raceblk_init_request,
 };
 
 static const struct block_device_operations raceblk_fops = {
@@ -179,6 +347,7 @@ static int raceblk_load_image(struct raceblk_dev *dev)
 	}
 	dev->data = vmalloc(fw->size);
 	if (!dev->data) {
+		pr_err("image=%s: no memory for %zu bytes\n", g_image, fw->size);
 		err = -ENOMEM;
 		goto out_release;
 	}
@@ -198,6 +367,7 @@ static int raceblk_alloc_disk(struct raceblk_dev *dev)
 	dev->tag_set.nr_hw_queues = 1;
 	dev->tag_set.queue_depth = 64;
 	dev->tag_set.numa_node = NUMA_NO_NODE;
+	dev->tag_set.cmd_size = sizeof(struct raceblk_cmd);
 	dev->tag_set.flags = BLK_MQ_F_SHOULD_MERGE;
 	err = blk_mq_alloc_tag_set(&dev->tag_set);
 	if (err)
@@ -208,7 +378,8 @@ static int raceblk_alloc_disk(struct raceblk_dev *dev)
 		blk_mq_free_tag_set(&dev->tag_set);
 		return PTR_ERR(disk);
 	}
-	/* No major: add_disk() takes the disk and its partitions' numbers
+	/*
+	 * No major: add_disk() takes the disk's and its partitions' numbers
 	 * from the extended dev_t space.
 	 */
 	disk->fops = &raceblk_fops;
@@ -223,6 +394,43 @@ static void raceblk_free_disk(struct raceblk_dev *dev)
 {
 	put_disk(dev->disk);
 	blk_mq_free_tag_set(&dev->tag_set);
+}
+
+/*
+ * Read the first sector through the block layer, as a driver checking its
+ * own disk during init would, and compare it with the image.
+ */
+static int raceblk_scan_io(struct raceblk_dev *dev)
+{
+	struct block_device *bdev;
+	struct bio_vec bvec;
+	struct page *page;
+	struct bio bio;
+	int err;
+
+	bdev = blkdev_get_by_dev(disk_devt(dev->disk), FMODE_READ, NULL);
+	if (IS_ERR(bdev)) {
+		pr_err("cannot open %s during init: %pe\n",
+		       dev->disk->disk_name, bdev);
+		return PTR_ERR(bdev);
+	}
+	page = alloc_page(GFP_KERNEL);
+	if (!page) {
+		err = -ENOMEM;
+		goto out_put_bdev;
+	}
+	bio_init(&bio, bdev, &bvec, 1, REQ_OP_READ);
+	bio.bi_iter.bi_sector = 0;
+	__bio_add_page(&bio, page, SECTOR_SIZE, 0);
+	err = submit_bio_wait(&bio);
+	if (!err && memcmp(page_address(page), dev->data, SECTOR_SIZE))
+		err = -EIO;
+	pr_info("%s: read sector 0 during init: %pe\n", dev->disk->disk_name,
+		ERR_PTR(err));
+	__free_page(page);
+out_put_bdev:
+	blkdev_put(bdev, FMODE_READ);
+	return err;
 }
 
 static int __init raceblk_init(void)
@@ -261,15 +469,34 @@ static int __init raceblk_init(void)
 	if (err)
 		goto out_del_disk;
 
+	/*
+	 * Only a test aiming at after_scan_io reads the disk from init: on a
+	 * kernel that isolates modules during init, the read fails.
+	 */
+	if (g_fail_point == RACEBLK_AFTER_SCAN_IO ||
+	    g_hold_point == RACEBLK_AFTER_SCAN_IO) {
+		err = raceblk_scan_io(dev);
+		if (err)
+			goto out_del_disk;
+	}
+	err = raceblk_reach(RACEBLK_AFTER_SCAN_IO);
+	if (err)
+		goto out_del_disk;
+
 	err = raceblk_reach(RACEBLK_LATE);
 	if (err)
 		goto out_del_disk;
 
 	g_dev = dev;
-	WRITE_ONCE(g_stage, "live");
+	raceblk_set_stage(RACEBLK_STAGE_LIVE, RACEBLK_NONE);
 	return 0;
 
 out_del_disk:
+	if (g_unwind_mode == RACEBLK_UNWIND_LEAK) {
+		pr_warn("unwind=leak: returning %pe, leaving %s behind\n",
+			ERR_PTR(err), dev->disk->disk_name);
+		return err;
+	}
 	del_gendisk(dev->disk);
 out_free_disk:
 	raceblk_free_disk(dev);

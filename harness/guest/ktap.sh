@@ -18,9 +18,11 @@ ktap_skip_all() {
 }
 
 # ktap_run_step STEP: run step_NAME [ARG] for STEP = NAME[=ARG]; its output
-# becomes diagnostic lines, its status the result.
+# becomes diagnostic lines, its status the result.  Steps run in this shell,
+# not a subshell, so that what they start (a background load, the holder's
+# file descriptors) outlives them.
 ktap_run_step() {
-	local step=$1 name arg out status=0
+	local step=$1 name arg status=0 line
 
 	name=${step%%=*}
 	arg=
@@ -30,10 +32,10 @@ ktap_run_step() {
 		ktap_line "not ok $KTAP_N $step # unknown step"
 		return
 	fi
-	out=$("step_$name" "$arg" 2>&1) || status=$?
-	if [ -n "$out" ]; then
-		echo "$out" | while IFS= read -r line; do ktap_line "# $line"; done
-	fi
+	"step_$name" "$arg" > /tmp/step.out 2>&1 || status=$?
+	while IFS= read -r line; do
+		ktap_line "# $line"
+	done < /tmp/step.out
 	if [ "$status" -eq 0 ]; then
 		ktap_line "ok $KTAP_N $step"
 	else

@@ -88,18 +88,20 @@ step_partitions() {
 	return $status
 }
 
-# data: every partition reads back the bytes the host put in the image.
+# data: the disk and every partition read back the bytes of the image.
 step_data() {
-	local nr sum got status=0
+	local nr sum dev got status=0
 
 	while read -r nr sum; do
-		got=$(md5sum < "/dev/${DISK}p$nr" | cut -d' ' -f1)
+		dev=$DISK
+		[ "$nr" = 0 ] || dev=${DISK}p$nr
+		got=$(md5sum < "/dev/$dev" | cut -d' ' -f1)
 		if [ "$got" != "$sum" ]; then
-			echo "${DISK}p$nr: md5 $got, expected $sum"
+			echo "$dev: md5 $got, expected $sum"
 			status=1
 		fi
 	done < "$GOLDEN/$IMAGE.sums"
-	[ $status -eq 0 ] && echo "$(wc -l < "$GOLDEN/$IMAGE.sums") partitions read back as in the image"
+	[ $status -eq 0 ] && echo "$DISK and its partitions read back as in the image"
 	return $status
 }
 
@@ -206,4 +208,155 @@ step_pr_err() {
 	line=$(dmesg -r | grep '^<3>' | grep -F "raceblk: $1" | head -n 1)
 	echo "pr_err: ${line:-none starting with \"raceblk: $1\"}"
 	[ -n "$line" ]
+}
+
+# --- init held at a point, the disk opened meanwhile -----------------------
+# A load runs in the background while init waits at hold=; blkhold, a
+# process of its own, holds the disk open through fds 5 (commands) and 6
+# (answers), so a crash on the held file kills it and not this init.
+
+STAGE=/sys/module/raceblk/parameters/stage
+
+# load_bg: start finit_module() in the background; load_done collects it.
+step_load_bg() {
+	# shellcheck disable=SC2086 # PARAMS is a word list
+	modctl load "$KO" $PARAMS > /tmp/load.out 2>&1 &
+	echo $! > /tmp/load.pid
+	echo "finit_module(raceblk.ko, \"$PARAMS\") started in the background"
+}
+
+# load_done=ERRNO: the background load finished with ERRNO.
+step_load_done() {
+	local got
+
+	wait "$(cat /tmp/load.pid)"
+	got=$(cat /tmp/load.out)
+	echo "background finit_module() = $got, expected $1"
+	[ "$got" = "$1" ]
+}
+
+# held=POINT: init is waiting at POINT (up to 20 s for it to get there).
+step_held() {
+	local deadline=$(($(date +%s) + 20)) stage
+
+	while :; do
+		stage=$(cat "$STAGE" 2>/dev/null)
+		[ "$stage" = "held at $1" ] && break
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			echo "stage: ${stage:-unreadable}, expected \"held at $1\""
+			return 1
+		fi
+		sleep 0.02
+	done
+	echo "stage: $stage; module: $(grep '^raceblk ' /proc/modules)"
+}
+
+# release: let init go on from hold.
+step_release() {
+	echo 1 > /sys/module/raceblk/parameters/release && echo "release written"
+}
+
+# holder_ask COMMAND: send COMMAND to blkhold, print its answer, or "died"
+# when it is gone: an oops killed it (it may then hang in its exit, keeping
+# the answer pipe open, so the kernel log tells), or it was silent for 20 s.
+holder_ask() {
+	local answer tries=0
+
+	echo "$*" >&5 2>/dev/null || { echo died; return; }
+	# shellcheck disable=SC3045 # busybox ash has read -t
+	until read -t 1 -r answer <&6; do
+		tries=$((tries + 1))
+		if [ $tries -ge 20 ] || dmesg | grep -q 'Comm: blkhold'; then
+			answer=died
+			break
+		fi
+	done
+	echo "$answer"
+}
+
+# expect_answer STEP EXPECTED ANSWER: compare blkhold's answer.
+expect_answer() {
+	echo "blkhold $1: $3, expected $1 $2"
+	[ "$3" = "$1 $2" ] || { [ "$2" = died ] && [ "$3" = died ]; }
+}
+
+# holder_open=DEV[:ERRNO]: blkhold opens /dev/DEV, with ERRNO (default OK).
+step_holder_open() {
+	local dev=${1%%:*} expected=OK
+
+	[ "$dev" = "$1" ] || expected=${1#*:}
+	rm -f /tmp/hold.cmd /tmp/hold.ans
+	mkfifo /tmp/hold.cmd /tmp/hold.ans
+	blkhold < /tmp/hold.cmd > /tmp/hold.ans &
+	exec 5> /tmp/hold.cmd 6< /tmp/hold.ans
+	HELD_DEV=$dev
+	# Partition number for the checksum table: 0 is the whole disk.
+	HELD_NR=0
+	case $dev in *p[0-9]*) HELD_NR=${dev##*p} ;; esac
+	HELD_BYTES=$(blockdev --getsize64 "/dev/$dev" 2>/dev/null || echo 0)
+	expect_answer open "$expected" "$(holder_ask open "/dev/$dev")"
+}
+
+# holder_read=ERRNO|died: read all of the held device; when that works,
+# the bytes must be the image's.
+step_holder_read() {
+	local answer sum got
+
+	answer=$(holder_ask read 0 "$HELD_BYTES" /tmp/held.data)
+	expect_answer read "$1" "$answer" || return 1
+	[ "$answer" = "read OK" ] || return 0
+	sum=$(awk -v nr="$HELD_NR" '$1 == nr { print $2 }' "$GOLDEN/$IMAGE.sums")
+	got=$(md5sum < /tmp/held.data | cut -d' ' -f1)
+	echo "$HELD_DEV: md5 $got, expected $sum"
+	[ "$got" = "$sum" ]
+}
+
+# holder_close=ERRNO|died: blkhold closes the held device.
+step_holder_close() {
+	expect_answer close "$1" "$(holder_ask close)"
+}
+
+# refcnt=N: raceblk's reference count.
+step_refcnt() {
+	local got
+
+	got=$(cat /sys/module/raceblk/refcnt 2>&1)
+	echo "/sys/module/raceblk/refcnt: $got, expected $1"
+	[ "$got" = "$1" ]
+}
+
+# --- I/O in flight ------------------------------------------------------------
+
+# read_bg: an O_DIRECT read of the disk's first 4 KiB, in the background.
+step_read_bg() {
+	dd if=/dev/$DISK of=/tmp/bg.data bs=4096 count=1 iflag=direct 2> /tmp/bg.err &
+	echo $! > /tmp/bg.pid
+	echo "O_DIRECT read of $DISK started in the background"
+}
+
+# inflight: a request of the disk is in flight (up to 10 s for it).
+step_inflight() {
+	local deadline=$(($(date +%s) + 10)) inflight
+
+	while :; do
+		inflight=$(cat /sys/block/$DISK/inflight 2>/dev/null)
+		# shellcheck disable=SC2086 # "reads writes"
+		[ "$(echo $inflight | awk '{ print $1 + $2 }')" -gt 0 ] && break
+		if [ "$(date +%s)" -ge "$deadline" ]; then
+			echo "/sys/block/$DISK/inflight: ${inflight:-unreadable}, no request in flight"
+			return 1
+		fi
+		sleep 0.02
+	done
+	echo "/sys/block/$DISK/inflight (reads writes): $inflight"
+}
+
+# read_done: the background read completed with the MBR's first 4 KiB.
+step_read_done() {
+	local signature
+
+	wait "$(cat /tmp/bg.pid)" || { cat /tmp/bg.err; return 1; }
+	signature=$(od -A n -t x1 -j 510 -N 2 /tmp/bg.data | tr -d ' ')
+	echo "read done: $(wc -c < /tmp/bg.data) bytes, MBR signature $signature"
+	[ "$signature" = 55aa ]
 }
