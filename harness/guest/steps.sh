@@ -360,3 +360,46 @@ step_read_done() {
 	echo "read done: $(wc -c < /tmp/bg.data) bytes, MBR signature $signature"
 	[ "$signature" = 55aa ]
 }
+
+# --- a reader stopped between two reads ------------------------------------
+
+# reader_start=DEV: dd reads DEV with O_DIRECT, 4 KiB at a time, in the
+# background.
+step_reader_start() {
+	dd if="/dev/$1" of=/tmp/reader.data bs=4096 count=8 iflag=direct 2> /tmp/reader.err &
+	echo $! > /tmp/reader.pid
+	echo "dd reading /dev/$1 in the background (pid $(cat /tmp/reader.pid))"
+}
+
+# reader_stop: stop the reader (SIGSTOP) once its current read is done.
+step_reader_stop() {
+	kill -STOP "$(cat /tmp/reader.pid)" && echo "reader stopped"
+}
+
+# reader_done=OK|ERRNO|died: let the reader go on (SIGCONT) and see how it
+# ends: OK, failing with an errno from a read, or killed by an oops (it may
+# then hang in its exit, so the kernel log tells).
+step_reader_done() {
+	local pid tries=0 got status
+
+	pid=$(cat /tmp/reader.pid)
+	kill -CONT "$pid"
+	while kill -0 "$pid" 2>/dev/null; do
+		tries=$((tries + 1))
+		if [ $tries -ge 400 ] || dmesg | grep -q "Comm: dd "; then
+			got=died
+			break
+		fi
+		sleep 0.05
+	done
+	if [ -z "$got" ]; then
+		wait "$pid" && status=0 || status=$?
+		got=OK
+		if [ "$status" -ne 0 ]; then
+			got=
+			grep -q 'Input/output error' /tmp/reader.err && got=EIO
+		fi
+	fi
+	echo "reader: ${got:-exit $status: $(cat /tmp/reader.err)}, expected $1"
+	[ "$got" = "$1" ]
+}
