@@ -29,11 +29,16 @@ export CCACHE_SLOPPINESS := time_macros
 export KBUILD_BUILD_TIMESTAMP := Wed Jan 15 19:24:20 UTC 2003
 export KBUILD_BUILD_USER := raceblk
 export KBUILD_BUILD_HOST := raceblk
+# A variant NAME-debug is NAME's patched tree built with debug.config too.
+series_of = $(patsubst %-debug,%,$(1))
+fragments_of = kernel-patches/config/base.config \
+	$(if $(filter %-debug,$(1)),kernel-patches/config/debug.config)
+
 # ccache sees source paths relative to $(TOP) (CCACHE_BASEDIR); map them
 # back so that WARN and BUG lines name kernel/module/main.c, not ../../src/...
-KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/src/$* O=$(BUILD)/kernel/$* \
-	CC="ccache gcc" HOSTCC="ccache gcc" -j$(JOBS) \
-	KCFLAGS="-fmacro-prefix-map=../../src/$*/="
+KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/src/$(call series_of,$*) \
+	O=$(BUILD)/kernel/$* CC="ccache gcc" HOSTCC="ccache gcc" -j$(JOBS) \
+	KCFLAGS="-fmacro-prefix-map=../../src/$(call series_of,$*)/="
 
 # Debian packages the build and the harness need.
 DEB_PACKAGES := linux-source-6.1 gcc make libc6-dev bc bison flex libelf-dev \
@@ -71,8 +76,8 @@ images: $(IMAGE_FILES)
 initramfs: $(INITRAMFS)
 
 # --- kernels -----------------------------------------------------------------
-# One pristine copy of Debian's tree per variant, with that variant's series
-# applied; re-extracted when the tarball or the series changes.
+# One pristine copy of Debian's tree per series, with the series applied;
+# re-extracted when the tarball or the series changes.
 series_patches = $(addprefix kernel-patches/,$(shell sed 's/#.*//' kernel-patches/series.$(1)))
 
 $(BUILD)/src/%/.applied: $(KERNEL_TARBALL) kernel-patches/series.% $$(call series_patches,$$*)
@@ -86,14 +91,15 @@ $(BUILD)/src/%/.applied: $(KERNEL_TARBALL) kernel-patches/series.% $$(call serie
 	@echo "  VERSION $$($(MAKE) -s -C $(BUILD)/src/$* kernelversion) ($*)"
 	@touch $@
 
-$(BUILD)/kernel/%/.config: $(BUILD)/src/%/.applied kernel-patches/config/base.config
+$(BUILD)/kernel/%/.config: $$(BUILD)/src/$$(call series_of,$$*)/.applied \
+		$$(call fragments_of,$$*)
 	@mkdir -p $(@D)
-	@echo "  CONFIG  tinyconfig + base.config ($*)"
+	@echo "  CONFIG  tinyconfig + $(notdir $(call fragments_of,$*)) ($*)"
 	@$(KMAKE) -s tinyconfig > /dev/null
-	@$(BUILD)/src/$*/scripts/kconfig/merge_config.sh -m -O $(@D) $@ \
-		kernel-patches/config/base.config > /dev/null
+	@$(BUILD)/src/$(call series_of,$*)/scripts/kconfig/merge_config.sh -m -O $(@D) $@ \
+		$(call fragments_of,$*) > /dev/null
 	@$(KMAKE) -s olddefconfig
-	@kernel-patches/config/check $@ kernel-patches/config/base.config
+	@kernel-patches/config/check $@ $(call fragments_of,$*)
 
 $(BUILD)/kernel/%/arch/x86/boot/bzImage: $(BUILD)/kernel/%/.config
 	@echo "  KERNEL  build/kernel/$* (ccache: $(CCACHE_DIR))"

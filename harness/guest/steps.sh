@@ -403,3 +403,22 @@ step_reader_done() {
 	echo "reader: ${got:-exit $status: $(cat /tmp/reader.err)}, expected $1"
 	[ "$got" = "$1" ]
 }
+
+# --- debug kernels ------------------------------------------------------------
+
+# kmemleak: a kmemleak scan now reports no leaked object.
+step_kmemleak() {
+	local report
+
+	if [ ! -e /sys/kernel/debug/kmemleak ]; then
+		echo "no /sys/kernel/debug/kmemleak: not a debug kernel"
+		return 1
+	fi
+	echo scan > /sys/kernel/debug/kmemleak
+	report=$(cat /sys/kernel/debug/kmemleak)
+	if [ -n "$report" ]; then
+		echo "$report" | head -n 30
+		return 1
+	fi
+	echo "kmemleak scan: no leaked objects"
+}
