@@ -125,7 +125,7 @@ $(BUILD)/images/%.img: images/%.parted images/mkimage
 $(BUILD)/guest/%: harness/guest/%.c
 	@mkdir -p $(@D)
 	@echo "  CC      $@ (static)"
-	@gcc -static -O2 -Wall -Wextra -Werror -o $@ $<
+	@gcc -static -s -O2 -Wall -Wextra -Werror -o $@ $<
 
 $(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $(IMAGE_FILES) $(GUEST_BINS) \
 		$(wildcard harness/guest/*) harness/scenarios harness/mkinitramfs \
