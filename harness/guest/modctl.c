@@ -8,8 +8,9 @@
  * first and only result.
  *
  *   modctl load FILE [PARAM=VALUE ...]   finit_module(FILE, "PARAMS", 0)
- *   modctl unload NAME [force]           delete_module(NAME, O_NONBLOCK
- *                                        [| O_TRUNC])
+ *   modctl unload NAME [force] [wait]    delete_module(NAME, O_NONBLOCK
+ *                                        [| O_TRUNC]); wait drops
+ *                                        O_NONBLOCK (rmmod --wait)
  *
  * Exit status: 0 when the call succeeded, 1 when it failed, 2 on bad usage.
  */
@@ -35,7 +36,7 @@ static int report(long ret)
 static int usage(void)
 {
 	fputs("usage: modctl load FILE [PARAM=VALUE ...]\n"
-	      "       modctl unload NAME [force]\n", stderr);
+	      "       modctl unload NAME [force] [wait]\n", stderr);
 	return 2;
 }
 
@@ -80,13 +81,17 @@ static int load(int argc, char **argv)
 static int unload(int argc, char **argv)
 {
 	int flags = O_NONBLOCK;
+	int i;
 
-	if (argc < 1 || argc > 2)
+	if (argc < 1)
 		return usage();
-	if (argc == 2) {
-		if (strcmp(argv[1], "force"))
+	for (i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "force"))
+			flags |= O_TRUNC;
+		else if (!strcmp(argv[i], "wait"))
+			flags &= ~O_NONBLOCK;
+		else
 			return usage();
-		flags |= O_TRUNC;
 	}
 	return report(syscall(SYS_delete_module, argv[0], flags));
 }

@@ -33,6 +33,12 @@ step_force_unload() {
 	modctl_expect "$1" unload raceblk force
 }
 
+# wait_unload=ERRNO: delete_module(raceblk) without O_NONBLOCK, which is
+# rmmod --wait, gives ERRNO (6.1 never waits).
+step_wait_unload() {
+	modctl_expect "$1" unload raceblk wait
+}
+
 # notifier: load modnotify, which logs every module notifier event.
 step_notifier() {
 	modctl_expect OK load /lib/modules/modnotify.ko
