@@ -6,6 +6,18 @@ KO=/lib/modules/raceblk.ko
 DISK=raceblk0
 GOLDEN=/lib/raceblk/images
 
+# poll SECONDS COMMAND...: run COMMAND every 20 ms until it succeeds, for
+# up to SECONDS; fails if it never does.
+poll() {
+	local deadline=$(($(date +%s) + $1))
+
+	shift
+	until "$@"; do
+		[ "$(date +%s)" -lt "$deadline" ] || return 1
+		sleep 0.02
+	done
+}
+
 # modctl_expect EXPECTED ARGS...: run modctl ARGS, say what it gave.
 modctl_expect() {
 	local expected=$1 got
@@ -241,20 +253,17 @@ step_load_done() {
 	[ "$got" = "$1" ]
 }
 
+stage_is() {
+	[ "$(cat "$STAGE" 2>/dev/null)" = "$1" ]
+}
+
 # held=POINT: init is waiting at POINT (up to 20 s for it to get there).
 step_held() {
-	local deadline=$(($(date +%s) + 20)) stage
-
-	while :; do
-		stage=$(cat "$STAGE" 2>/dev/null)
-		[ "$stage" = "held at $1" ] && break
-		if [ "$(date +%s)" -ge "$deadline" ]; then
-			echo "stage: ${stage:-unreadable}, expected \"held at $1\""
-			return 1
-		fi
-		sleep 0.02
-	done
-	echo "stage: $stage; module: $(grep '^raceblk ' /proc/modules)"
+	if ! poll 20 stage_is "held at $1"; then
+		echo "stage: $(cat "$STAGE" 2>&1), expected \"held at $1\""
+		return 1
+	fi
+	echo "stage: held at $1; module: $(grep '^raceblk ' /proc/modules)"
 }
 
 # release: let init go on from hold.
@@ -340,21 +349,17 @@ step_read_bg() {
 	echo "O_DIRECT read of $DISK started in the background"
 }
 
+requests_in_flight() {
+	awk '$1 + $2 > 0 { found = 1 } END { exit !found }' /sys/block/$DISK/inflight 2>/dev/null
+}
+
 # inflight: a request of the disk is in flight (up to 10 s for it).
 step_inflight() {
-	local deadline=$(($(date +%s) + 10)) inflight
+	local status=0
 
-	while :; do
-		inflight=$(cat /sys/block/$DISK/inflight 2>/dev/null)
-		# shellcheck disable=SC2086 # "reads writes"
-		[ "$(echo $inflight | awk '{ print $1 + $2 }')" -gt 0 ] && break
-		if [ "$(date +%s)" -ge "$deadline" ]; then
-			echo "/sys/block/$DISK/inflight: ${inflight:-unreadable}, no request in flight"
-			return 1
-		fi
-		sleep 0.02
-	done
-	echo "/sys/block/$DISK/inflight (reads writes): $inflight"
+	poll 10 requests_in_flight || status=1
+	echo "/sys/block/$DISK/inflight (reads writes): $(cat /sys/block/$DISK/inflight 2>&1)"
+	return $status
 }
 
 # read_done: the background read completed with the MBR's first 4 KiB.
