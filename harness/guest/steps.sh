@@ -18,6 +18,12 @@ poll() {
 	done
 }
 
+# killed_by_oops COMM: the kernel oopsed in a task named COMM.  Such a task
+# may then hang in its exit forever, so its exit cannot be waited for.
+killed_by_oops() {
+	dmesg | grep -q "Comm: $1 "
+}
+
 # modctl_expect EXPECTED ARGS...: run modctl ARGS, say what it gave.
 modctl_expect() {
 	local expected=$1 got
@@ -203,19 +209,21 @@ step_refused() {
 # logged as unsafe and stuck, live in /proc/modules with the "!" flag,
 # unsafe in sysfs.
 step_stuck() {
-	local unsafe stuck proc status=0
+	local unsafe stuck proc initstate flag status=0
 
 	unsafe=$(dmesg | grep -F "raceblk: cannot be unloaded due to unsafe usage" | head -n 1)
 	stuck=$(dmesg | grep -F "raceblk: module is now stuck" | head -n 1)
 	proc=$(grep '^raceblk ' /proc/modules)
+	initstate=$(cat /sys/module/raceblk/initstate 2>&1)
+	flag=$(cat /sys/module/raceblk/unsafe 2>&1)
 	echo "log: ${unsafe:-no unsafe line}"
 	echo "log: ${stuck:-no stuck line}"
 	echo "/proc/modules: ${proc:-no raceblk}"
-	echo "/sys/module/raceblk: initstate $(cat /sys/module/raceblk/initstate 2>&1), unsafe $(cat /sys/module/raceblk/unsafe 2>&1)"
+	echo "/sys/module/raceblk: initstate $initstate, unsafe $flag"
 	[ -n "$unsafe" ] && [ -n "$stuck" ] || status=1
 	case $proc in *" Live "*"!)") ;; *) status=1 ;; esac
-	[ "$(cat /sys/module/raceblk/initstate 2>&1)" = live ] || status=1
-	[ "$(cat /sys/module/raceblk/unsafe 2>&1)" = 1 ] || status=1
+	[ "$initstate" = live ] || status=1
+	[ "$flag" = 1 ] || status=1
 	return $status
 }
 
@@ -281,7 +289,7 @@ holder_ask() {
 	# shellcheck disable=SC3045 # busybox ash has read -t
 	until read -t 1 -r answer <&6; do
 		tries=$((tries + 1))
-		if [ $tries -ge 20 ] || dmesg | grep -q 'Comm: blkhold'; then
+		if [ $tries -ge 20 ] || killed_by_oops blkhold; then
 			answer=died
 			break
 		fi
@@ -390,20 +398,19 @@ step_reader_stop() {
 # reader_done=OK|ERRNO|died: let the reader go on (SIGCONT) and see how it
 # ends: OK, failing with an errno from a read, or killed by an oops (it may
 # then hang in its exit, so the kernel log tells).
+reader_settled() {
+	! kill -0 "$(cat /tmp/reader.pid)" 2>/dev/null || killed_by_oops dd
+}
+
 step_reader_done() {
-	local pid tries=0 got status
+	local pid got status
 
 	pid=$(cat /tmp/reader.pid)
 	kill -CONT "$pid"
-	while kill -0 "$pid" 2>/dev/null; do
-		tries=$((tries + 1))
-		if [ $tries -ge 400 ] || dmesg | grep -q "Comm: dd "; then
-			got=died
-			break
-		fi
-		sleep 0.05
-	done
-	if [ -z "$got" ]; then
+	poll 20 reader_settled
+	if killed_by_oops dd || kill -0 "$pid" 2>/dev/null; then
+		got=died
+	else
 		wait "$pid" && status=0 || status=$?
 		got=OK
 		if [ "$status" -ne 0 ]; then
