@@ -18,7 +18,10 @@ TOP := $(CURDIR)
 BUILD := $(TOP)/build
 KERNEL_TARBALL ?= /usr/src/linux-source-6.1.tar.xz
 VARIANTS ?= vanilla isolate fixed
-IMAGES := $(patsubst images/%.parted,%,$(wildcard images/*.parted))
+# Good images come from a parted spec, hostile ones from a good one plus a
+# byte patch.
+IMAGES := $(patsubst images/%.parted,%,$(wildcard images/*.parted)) \
+	$(patsubst images/%.patch,%,$(wildcard images/*.patch))
 JOBS ?= $(shell nproc)
 
 # Reproducible kernel builds, so ccache hits across clones and rebuilds.
@@ -47,12 +50,13 @@ DEB_PACKAGES := linux-source-6.1 gcc make libc6-dev bc bison flex libelf-dev \
 
 KERNELS := $(foreach v,$(VARIANTS),$(BUILD)/kernel/$(v)/arch/x86/boot/bzImage)
 MODULES := $(foreach v,$(VARIANTS),$(BUILD)/driver/$(v)/raceblk.ko)
-INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio)
+INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
+	$(foreach i,$(IMAGES),$(BUILD)/initramfs/images/$(i).cpio.lz4)
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 
 .PHONY: all deps kernel kernels driver images initramfs test race-demo bench \
-	series-check series-tree clean distclean
+	images-check series-check series-tree clean distclean
 all: initramfs
 
 deps:
@@ -117,21 +121,49 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/arch/x86/boot/
 		CC="ccache gcc" W=1
 
 # --- images and guest --------------------------------------------------------
-$(BUILD)/images/%.img: images/%.parted images/mkimage
+IMGPATCH := $(BUILD)/tools/imgpatch
+export IMGPATCH
+image_base = $(BUILD)/images/$(shell awk '$$1 == "from" { print $$2 }' images/$(1).patch).img
+
+$(IMGPATCH): images/imgpatch.c
+	@mkdir -p $(@D)
+	@echo "  HOSTCC  $@"
+	@gcc -O2 -Wall -Wextra -Werror -o $@ $<
+
+$(BUILD)/images/%.img: images/%.parted images/%.expected images/mkimage images/parted-table $(IMGPATCH)
 	@mkdir -p $(@D)
 	@echo "  IMAGE   $@"
 	@images/mkimage $< $@
+
+$(BUILD)/images/%.img: images/%.patch images/%.expected images/mkimage $(IMGPATCH) $$(call image_base,$$*)
+	@echo "  IMAGE   $@ (from $(notdir $(call image_base,$*)))"
+	@images/mkimage $< $@
+
+# Two builds of every image give the same bytes: build them all again
+# (good ones first: hostile ones start from them) and compare.
+images-check: images
+	@rm -rf $(BUILD)/images-check && mkdir -p $(BUILD)/images-check
+	@for spec in images/*.parted images/*.patch; do \
+		images/mkimage $$spec $(BUILD)/images-check/$$(basename $${spec%.*}).img; \
+	done
+	@cd $(BUILD)/images && sha256sum $(addsuffix .img,$(IMAGES)) > ../images.sha256
+	@cd $(BUILD)/images-check && sha256sum -c --quiet ../images.sha256 && \
+		echo "images-check: $(words $(IMAGES)) images, the same sha256 on a second build"
 
 $(BUILD)/guest/%: harness/guest/%.c
 	@mkdir -p $(@D)
 	@echo "  CC      $@ (static)"
 	@gcc -static -s -O2 -Wall -Wextra -Werror -o $@ $<
 
-$(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $(IMAGE_FILES) $(GUEST_BINS) \
-		$(wildcard harness/guest/*) harness/scenarios harness/mkinitramfs \
-		$(wildcard images/*.expected)
+$(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $(GUEST_BINS) \
+		$(wildcard harness/guest/*) harness/scenarios harness/mkinitramfs
 	@echo "  CPIO    $@"
-	@harness/mkinitramfs $@ $(<D) $(BUILD)/images $(GUEST_BINS)
+	@harness/mkinitramfs $@ $(<D) $(GUEST_BINS)
+
+$(BUILD)/initramfs/images/%.cpio.lz4: $(BUILD)/images/%.img images/%.expected harness/mkinitramfs
+	@mkdir -p $(@D)
+	@echo "  CPIO    $@"
+	@harness/mkinitramfs --image $@ $< images/$*.expected
 
 # --- entry points ------------------------------------------------------------
 test: deps
