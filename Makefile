@@ -23,6 +23,8 @@ VARIANTS ?= vanilla isolate fixed
 IMAGES := $(patsubst images/%.parted,%,$(wildcard images/*.parted)) \
 	$(patsubst images/%.patch,%,$(wildcard images/*.patch))
 JOBS ?= $(shell nproc)
+# Bring your own disk: make test|race-demo IMAGE=PATH [EXPECTED=FILE].
+OWN_IMAGE_ARGS = $(if $(IMAGE),--image $(IMAGE)) $(if $(EXPECTED),--expected $(EXPECTED))
 
 # Reproducible kernel builds, so ccache hits across clones and rebuilds.
 export CCACHE_DIR ?= $(HOME)/.cache/raceblk/ccache
@@ -130,12 +132,12 @@ $(IMGPATCH): images/imgpatch.c
 	@echo "  HOSTCC  $@"
 	@gcc -O2 -Wall -Wextra -Werror -o $@ $<
 
-$(BUILD)/images/%.img: images/%.parted images/%.expected images/mkimage images/parted-table $(IMGPATCH)
+$(BUILD)/images/%.img: images/%.parted images/%.expected images/mkimage images/parted-table images/sums $(IMGPATCH)
 	@mkdir -p $(@D)
 	@echo "  IMAGE   $@"
 	@images/mkimage $< $@
 
-$(BUILD)/images/%.img: images/%.patch images/%.expected images/mkimage $(IMGPATCH) $$(call image_base,$$*)
+$(BUILD)/images/%.img: images/%.patch images/%.expected images/mkimage images/sums $(IMGPATCH) $$(call image_base,$$*)
 	@echo "  IMAGE   $@ (from $(notdir $(call image_base,$*)))"
 	@images/mkimage $< $@
 
@@ -168,11 +170,11 @@ $(BUILD)/initramfs/images/%.cpio.lz4: $(BUILD)/images/%.img images/%.expected ha
 # --- entry points ------------------------------------------------------------
 test: deps
 	@$(MAKE) --no-print-directory initramfs
-	@VARIANTS="$(VARIANTS)" harness/run -j $(JOBS)
+	@VARIANTS="$(VARIANTS)" harness/run -j $(JOBS) $(OWN_IMAGE_ARGS)
 
 race-demo: deps
 	@$(MAKE) --no-print-directory initramfs VARIANTS="vanilla isolate fixed"
-	@harness/race-demo
+	@harness/race-demo $(OWN_IMAGE_ARGS)
 
 # Every prefix of the series builds and is checkpatch --strict clean; the
 # series also builds with CONFIG_MODULE_UNLOAD=n and CONFIG_MODULES=n.

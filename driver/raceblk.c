@@ -62,6 +62,8 @@ static const char * const raceblk_unwind_names[] = {
 
 #define RACEBLK_MAX_DELAY_MS	10000
 #define RACEBLK_MAX_HOLD_MS	600000
+/* The disk lives in vmalloc'd memory; the harness's guests have 256 MiB. */
+#define RACEBLK_MAX_IMAGE_MIB	32
 
 static char *g_fail_at = "none";
 module_param_named(fail_at, g_fail_at, charp, 0444);
@@ -89,7 +91,7 @@ MODULE_PARM_DESC(unwind, "Error path once the disk was added: clean (del_gendisk
 
 static char *g_image = "raceblk/mbr-primary.img";
 module_param_named(image, g_image, charp, 0444);
-MODULE_PARM_DESC(image, "Disk image, a firmware path under /lib/firmware. Default: raceblk/mbr-primary.img");
+MODULE_PARM_DESC(image, "Disk image, a firmware path under /lib/firmware, at most 32 MiB. Default: raceblk/mbr-primary.img");
 
 static enum raceblk_point g_fail_point;
 static enum raceblk_point g_hold_point;
@@ -338,6 +340,12 @@ static int raceblk_load_image(struct raceblk_dev *dev)
 	if (err) {
 		pr_err("image=%s: cannot load: %pe\n", g_image, ERR_PTR(err));
 		return err;
+	}
+	if (fw->size > (size_t)RACEBLK_MAX_IMAGE_MIB << 20) {
+		pr_err("image=%s: %zu bytes, more than the %d MiB the ram backend holds\n",
+		       g_image, fw->size, RACEBLK_MAX_IMAGE_MIB);
+		err = -EFBIG;
+		goto out_release;
 	}
 	if (!fw->size || fw->size % SECTOR_SIZE) {
 		pr_err("image=%s: size %zu is not a whole number of sectors\n",

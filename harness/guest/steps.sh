@@ -137,7 +137,7 @@ step_partitions() {
 		/proc/partitions > /tmp/found.kib
 	differences=$(table_differences /tmp/expected.table /tmp/found.table /tmp/found.kib)
 	if [ -n "$differences" ]; then
-		echo "partition table differs from images/$IMAGE.expected:"
+		echo "partition table differs from the golden one ($IMAGE.expected):"
 		echo "$differences" | sed 's/^/  /'
 		return 1
 	fi
@@ -177,6 +177,14 @@ step_data() {
 	fi
 	echo "$DISK and $(($(wc -l < /tmp/want.md5) - 1)) partitions read back as in the image," \
 		"$(wc -l < /tmp/want.stamp) with their own stamp"
+}
+
+# sparse_image=NAME:MIB: a sparse image of MIB MiB of zeros under
+# /lib/firmware/raceblk/NAME.img (tmpfs keeps it sparse).
+step_sparse_image() {
+	local file=/lib/firmware/raceblk/${1%%:*}.img
+
+	truncate -s "${1#*:}M" "$file" && echo "$file: $(wc -c < "$file") bytes, sparse"
 }
 
 # no_partitions: the disk is there, without partitions.
