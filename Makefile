@@ -169,7 +169,7 @@ $(BUILD)/initramfs/images/%.cpio.lz4: $(BUILD)/images/%.img images/%.expected ha
 
 # --- entry points ------------------------------------------------------------
 test: deps
-	@$(MAKE) --no-print-directory initramfs
+	@$(MAKE) --no-print-directory initramfs images-check
 	@VARIANTS="$(VARIANTS)" harness/run -j $(JOBS) $(OWN_IMAGE_ARGS)
 
 race-demo: deps
