@@ -53,7 +53,7 @@ DEB_PACKAGES := linux-source-6.1 gcc make libc6-dev bc bison flex libelf-dev \
 KERNELS := $(foreach v,$(VARIANTS),$(BUILD)/kernel/$(v)/arch/x86/boot/bzImage)
 MODULES := $(foreach v,$(VARIANTS),$(BUILD)/driver/$(v)/raceblk.ko)
 INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
-	$(foreach i,$(IMAGES),$(BUILD)/initramfs/images/$(i).cpio.lz4)
+	$(foreach i,$(IMAGES),$(BUILD)/initramfs/images/$(i).cpio.gz)
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 
@@ -162,7 +162,7 @@ $(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $(GUEST_BINS) \
 	@echo "  CPIO    $@"
 	@harness/mkinitramfs $@ $(<D) $(GUEST_BINS)
 
-$(BUILD)/initramfs/images/%.cpio.lz4: $(BUILD)/images/%.img images/%.expected harness/mkinitramfs
+$(BUILD)/initramfs/images/%.cpio.gz: $(BUILD)/images/%.img images/%.expected harness/mkinitramfs
 	@mkdir -p $(@D)
 	@echo "  CPIO    $@"
 	@harness/mkinitramfs --image $@ $< images/$*.expected

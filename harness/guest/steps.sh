@@ -355,10 +355,10 @@ holder_ask() {
 	local answer tries=0
 
 	echo "$*" >&5 2>/dev/null || { echo died; return; }
-	# shellcheck disable=SC3045 # busybox ash has read -t
-	until read -t 1 -r answer <&6; do
+	# shellcheck disable=SC3045 # busybox ash has read -t, in fractions too
+	until read -t 0.1 -r answer <&6; do
 		tries=$((tries + 1))
-		if [ $tries -ge 20 ] || killed_by_oops blkhold; then
+		if [ $tries -ge 200 ] || killed_by_oops blkhold; then
 			answer=died
 			break
 		fi
