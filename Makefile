@@ -30,7 +30,7 @@ OWN_IMAGE_ARGS = $(if $(IMAGE),--image $(IMAGE)) $(if $(EXPECTED),--expected $(E
 export CCACHE_DIR ?= $(HOME)/.cache/raceblk/ccache
 export CCACHE_BASEDIR := $(TOP)
 export CCACHE_NOHASHDIR := 1
-export CCACHE_SLOPPINESS := time_macros
+export CCACHE_SLOPPINESS := time_macros,file_stat_matches,file_stat_matches_ctime
 export KBUILD_BUILD_TIMESTAMP := Wed Jan 15 19:24:20 UTC 2003
 export KBUILD_BUILD_USER := raceblk
 export KBUILD_BUILD_HOST := raceblk
@@ -39,18 +39,19 @@ series_of = $(patsubst %-debug,%,$(1))
 fragments_of = kernel-patches/config/base.config \
 	$(if $(filter %-debug,$(1)),kernel-patches/config/debug.config)
 
-# ccache sees source paths relative to $(TOP) (CCACHE_BASEDIR); map them
-# back so that WARN and BUG lines name kernel/module/main.c, not ../../src/...
-KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/src/$(call series_of,$*) \
-	O=$(BUILD)/kernel/$* CC="ccache gcc" HOSTCC="ccache gcc" -j$(JOBS) \
-	KCFLAGS="-fmacro-prefix-map=../../src/$(call series_of,$*)/="
+# ccache makes source paths relative (CCACHE_BASEDIR): the compiler sees
+# ../src/kernel/module/main.c; map that back so that WARN and BUG lines
+# name kernel/module/main.c.
+KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/kernel/$*/src \
+	O=$(BUILD)/kernel/$*/obj CC="ccache gcc" HOSTCC="ccache gcc" -j$(JOBS) \
+	KCFLAGS="-fmacro-prefix-map=../src/="
 
 # Debian packages the build and the harness need.
 DEB_PACKAGES := linux-source-6.1 gcc make libc6-dev bc bison flex libelf-dev \
 	libssl-dev cpio xz-utils lz4 ccache qemu-system-x86 qemu-utils parted \
 	busybox-static
 
-KERNELS := $(foreach v,$(VARIANTS),$(BUILD)/kernel/$(v)/arch/x86/boot/bzImage)
+KERNELS := $(foreach v,$(VARIANTS),$(BUILD)/kernel/$(v)/obj/arch/x86/boot/bzImage)
 MODULES := $(foreach v,$(VARIANTS),$(BUILD)/driver/$(v)/raceblk.ko)
 INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
 	$(foreach i,$(IMAGES),$(BUILD)/initramfs/images/$(i).cpio.gz)
@@ -82,33 +83,47 @@ images: $(IMAGE_FILES)
 initramfs: $(INITRAMFS)
 
 # --- kernels -----------------------------------------------------------------
-# One pristine copy of Debian's tree per series, with the series applied;
-# re-extracted when the tarball or the series changes.
+# Debian's tree is extracted once (build/src/pristine).  Each variant gets a
+# hard-linked copy with its series applied (patch replaces the files it
+# changes, so the pristine tree stays pristine) and builds beside it:
+#   build/kernel/VARIANT/src   the patched source
+#   build/kernel/VARIANT/obj   objects, .config, bzImage
+# Every variant's objects see their source as ../src, so a file its series
+# does not change (and that includes no header it changes) compiles the same
+# for every variant, and ccache serves it to the second and third kernel.
+PRISTINE := $(BUILD)/src/pristine
 series_patches = $(addprefix kernel-patches/,$(shell sed 's/#.*//' kernel-patches/series.$(1)))
 
-$(BUILD)/src/%/.applied: $(KERNEL_TARBALL) kernel-patches/series.% $$(call series_patches,$$*)
-	@echo "  EXTRACT $(KERNEL_TARBALL) -> build/src/$*"
-	@rm -rf $(BUILD)/src/$* && mkdir -p $(BUILD)/src/$*
-	@tar -xf $(KERNEL_TARBALL) -C $(BUILD)/src/$* --strip-components=1
-	@for p in $(call series_patches,$*); do \
-		echo "  PATCH   $$p"; \
-		patch -s -p1 -d $(BUILD)/src/$* < $$p; \
-	done
-	@echo "  VERSION $$($(MAKE) -s -C $(BUILD)/src/$* kernelversion) ($*)"
+$(PRISTINE)/.extracted: $(KERNEL_TARBALL)
+	@echo "  EXTRACT $(KERNEL_TARBALL) -> build/src/pristine"
+	@rm -rf $(PRISTINE) && mkdir -p $(PRISTINE)
+	@tar -xf $(KERNEL_TARBALL) -C $(PRISTINE) --strip-components=1
+	@echo "  VERSION $$($(MAKE) -s -C $(PRISTINE) kernelversion)"
 	@touch $@
 
-$(BUILD)/kernel/%/.config: $$(BUILD)/src/$$(call series_of,$$*)/.applied \
-		$$(call fragments_of,$$*)
+$(BUILD)/kernel/%/src/.applied: $(PRISTINE)/.extracted \
+		kernel-patches/series.$$(call series_of,$$*) \
+		$$(call series_patches,$$(call series_of,$$*))
+	@echo "  SOURCE  build/kernel/$*/src: pristine + series.$(call series_of,$*)"
+	@rm -rf $(@D) && mkdir -p $(dir $(@D))
+	@cp -al $(PRISTINE) $(@D) && rm $(@D)/.extracted
+	@for p in $(call series_patches,$(call series_of,$*)); do \
+		echo "  PATCH   $$p"; \
+		patch -s -p1 -d $(@D) < $$p; \
+	done
+	@touch $@
+
+$(BUILD)/kernel/%/obj/.config: $(BUILD)/kernel/%/src/.applied $$(call fragments_of,$$*)
 	@mkdir -p $(@D)
 	@echo "  CONFIG  tinyconfig + $(notdir $(call fragments_of,$*)) ($*)"
 	@$(KMAKE) -s tinyconfig > /dev/null
-	@$(BUILD)/src/$(call series_of,$*)/scripts/kconfig/merge_config.sh -m -O $(@D) $@ \
+	@$(BUILD)/kernel/$*/src/scripts/kconfig/merge_config.sh -m -O $(@D) $@ \
 		$(call fragments_of,$*) > /dev/null
 	@$(KMAKE) -s olddefconfig
 	@kernel-patches/config/check $@ $(call fragments_of,$*)
 
-$(BUILD)/kernel/%/arch/x86/boot/bzImage: $(BUILD)/kernel/%/.config
-	@echo "  KERNEL  build/kernel/$* (ccache: $(CCACHE_DIR))"
+$(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
+	@echo "  KERNEL  build/kernel/$*/obj (ccache: $(CCACHE_DIR))"
 	@$(KMAKE) bzImage modules
 	@touch $@
 
@@ -116,10 +131,10 @@ $(BUILD)/kernel/%/arch/x86/boot/bzImage: $(BUILD)/kernel/%/.config
 # Built from a copy so the repository's driver/ never holds objects.
 DRIVER_SOURCES := $(wildcard driver/*.c) driver/Kbuild driver/Makefile
 
-$(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/arch/x86/boot/bzImage
+$(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
 	@mkdir -p $(@D)
 	@cp $(DRIVER_SOURCES) $(@D)/
-	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$* \
+	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$*/obj \
 		CC="ccache gcc" W=1
 
 # --- images and guest --------------------------------------------------------
@@ -189,7 +204,8 @@ bench: deps
 	@VARIANTS="$(VARIANTS)" harness/bench
 
 clean:
-	rm -rf $(BUILD)/driver $(BUILD)/guest $(BUILD)/images $(BUILD)/initramfs $(BUILD)/results
+	rm -rf $(BUILD)/driver $(BUILD)/guest $(BUILD)/images $(BUILD)/images-check \
+		$(BUILD)/initramfs $(BUILD)/results $(BUILD)/snapshots $(BUILD)/byo $(BUILD)/tools
 
 distclean:
 	rm -rf $(BUILD)
