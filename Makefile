@@ -122,9 +122,21 @@ $(BUILD)/kernel/%/obj/.config: $(BUILD)/kernel/%/src/.applied $$(call fragments_
 	@$(KMAKE) -s olddefconfig
 	@kernel-patches/config/check $@ $(call fragments_of,$*)
 
+# A whole build is also kept in $(KERNEL_CACHE) (kernel-patches/kernel-cache),
+# keyed on everything it is made of: a warm build restores it instead of
+# replaying 1100 compiler calls through ccache.  KERNEL_CACHE= turns it off.
+export KERNEL_CACHE ?= $(HOME)/.cache/raceblk/kernels
+export KERNEL_TARBALL
+export KMAKE_KEY := O=../obj CC="ccache gcc" KCFLAGS="-fmacro-prefix-map=../src/=" bzImage modules
+
 $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
-	@echo "  KERNEL  build/kernel/$*/obj (ccache: $(CCACHE_DIR))"
-	@$(KMAKE) bzImage modules
+	@if kernel-patches/kernel-cache restore $* $(BUILD)/kernel/$*/obj $(BUILD)/kernel/$*/src; then \
+		echo "  KERNEL  build/kernel/$*/obj (from $(KERNEL_CACHE))"; \
+	else \
+		echo "  KERNEL  build/kernel/$*/obj (ccache: $(CCACHE_DIR))"; \
+		$(KMAKE) bzImage modules; \
+		kernel-patches/kernel-cache save $* $(BUILD)/kernel/$*/obj $(BUILD)/kernel/$*/src || true; \
+	fi
 	@touch $@
 
 # --- driver ------------------------------------------------------------------
