@@ -92,12 +92,20 @@ initramfs: $(INITRAMFS)
 # does not change (and that includes no header it changes) compiles the same
 # for every variant, and ccache serves it to the second and third kernel.
 PRISTINE := $(BUILD)/src/pristine
+# Left out of the extraction, a third of the tree: the other architectures'
+# sources and device trees (only arch/x86 is built; their Kconfig files stay,
+# crypto/Kconfig reads them) and amdgpu's 373 MB of register headers.
+OTHER_ARCHES := alpha arc arm arm64 csky hexagon ia64 loongarch m68k microblaze \
+	mips nios2 openrisc parisc powerpc riscv s390 sh sparc um xtensa
+EXTRACT_EXCLUDES := $(foreach a,$(OTHER_ARCHES),$(foreach p,*.[chS] *.dts *.dtsi, \
+		--exclude='*/arch/$(a)/$(p)')) \
+	--exclude='*/drivers/gpu/drm/amd/include/asic_reg'
 series_patches = $(addprefix kernel-patches/,$(shell sed 's/#.*//' kernel-patches/series.$(1)))
 
 $(PRISTINE)/.extracted: $(KERNEL_TARBALL)
 	@echo "  EXTRACT $(KERNEL_TARBALL) -> build/src/pristine"
 	@rm -rf $(PRISTINE) && mkdir -p $(PRISTINE)
-	@tar -xf $(KERNEL_TARBALL) -C $(PRISTINE) --strip-components=1
+	@tar -xf $(KERNEL_TARBALL) -C $(PRISTINE) --strip-components=1 $(EXTRACT_EXCLUDES)
 	@echo "  VERSION $$($(MAKE) -s -C $(PRISTINE) kernelversion)"
 	@touch $@
 
