@@ -42,9 +42,9 @@ fragments_of = kernel-patches/config/base.config \
 # ccache makes source paths relative (CCACHE_BASEDIR): the compiler sees
 # ../src/kernel/module/main.c; map that back so that WARN and BUG lines
 # name kernel/module/main.c.
+KMAKE_FLAGS = CC="ccache gcc" HOSTCC="ccache gcc" KCFLAGS="-fmacro-prefix-map=../src/="
 KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/kernel/$*/src \
-	O=$(BUILD)/kernel/$*/obj CC="ccache gcc" HOSTCC="ccache gcc" -j$(JOBS) \
-	KCFLAGS="-fmacro-prefix-map=../src/="
+	O=$(BUILD)/kernel/$*/obj $(KMAKE_FLAGS) -j$(JOBS)
 
 # Debian packages the build and the harness need.
 DEB_PACKAGES := linux-source-6.1 gcc make libc6-dev bc bison flex libelf-dev \
@@ -131,19 +131,23 @@ $(BUILD)/kernel/%/obj/.config: $(BUILD)/kernel/%/src/.applied $$(call fragments_
 	@kernel-patches/config/check $@ $(call fragments_of,$*)
 
 # A whole build is also kept in $(KERNEL_CACHE) (kernel-patches/kernel-cache),
-# keyed on everything it is made of: a warm build restores it instead of
-# replaying 1100 compiler calls through ccache.  KERNEL_CACHE= turns it off.
+# keyed on everything it is made of (the files below, the make flags, the
+# toolchain): a warm build restores it instead of replaying 1100 compiler
+# calls through ccache.  KERNEL_CACHE= turns it off.
 export KERNEL_CACHE ?= $(HOME)/.cache/raceblk/kernels
-export KERNEL_TARBALL
-export KMAKE_KEY := O=../obj CC="ccache gcc" KCFLAGS="-fmacro-prefix-map=../src/=" bzImage modules
+export KMAKE_KEY = $(KMAKE_FLAGS) bzImage modules
+kernel_inputs = $(KERNEL_TARBALL) kernel-patches/series.$(call series_of,$(1)) \
+	$(call series_patches,$(call series_of,$(1))) $(call fragments_of,$(1))
+KCACHE = kernel-patches/kernel-cache $(1) $* $(BUILD)/kernel/$*/obj $(BUILD)/kernel/$*/src \
+	$(call kernel_inputs,$*)
 
 $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
-	@if kernel-patches/kernel-cache restore $* $(BUILD)/kernel/$*/obj $(BUILD)/kernel/$*/src; then \
+	@if $(call KCACHE,restore); then \
 		echo "  KERNEL  build/kernel/$*/obj (from $(KERNEL_CACHE))"; \
 	else \
 		echo "  KERNEL  build/kernel/$*/obj (ccache: $(CCACHE_DIR))"; \
 		$(KMAKE) bzImage modules; \
-		kernel-patches/kernel-cache save $* $(BUILD)/kernel/$*/obj $(BUILD)/kernel/$*/src || true; \
+		$(call KCACHE,save) || true; \
 	fi
 	@touch $@
 
