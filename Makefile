@@ -17,7 +17,9 @@ SHELL := /bin/bash
 TOP := $(CURDIR)
 BUILD := $(TOP)/build
 KERNEL_TARBALL ?= /usr/src/linux-source-6.1.tar.xz
-VARIANTS ?= vanilla isolate fixed
+# The default variants: kernel-patches/variants.
+DEFAULT_VARIANTS := $(shell sed 's/#.*//' kernel-patches/variants)
+VARIANTS ?= $(DEFAULT_VARIANTS)
 # Good images come from a parted spec, hostile ones from a good one plus a
 # byte patch.
 IMAGES := $(patsubst images/%.parted,%,$(wildcard images/*.parted)) \
@@ -153,7 +155,7 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 
 # --- driver ------------------------------------------------------------------
 # Built from a copy so the repository's driver/ never holds objects.
-DRIVER_SOURCES := $(wildcard driver/*.c) driver/Kbuild driver/Makefile
+DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
 $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
 	@mkdir -p $(@D)
@@ -212,7 +214,7 @@ test: deps
 	@VARIANTS="$(VARIANTS)" harness/run -j $(JOBS) $(OWN_IMAGE_ARGS)
 
 race-demo: deps
-	@$(MAKE) --no-print-directory initramfs VARIANTS="vanilla isolate fixed"
+	@$(MAKE) --no-print-directory initramfs VARIANTS="$(DEFAULT_VARIANTS)"
 	@harness/race-demo $(OWN_IMAGE_ARGS)
 
 # Every prefix of the series builds and is checkpatch --strict clean; the

@@ -26,6 +26,8 @@
 #include <linux/hrtimer.h>
 #include <linux/vmalloc.h>
 
+#include "raceblk.h"
+
 /*
  * The points where init can fail or wait, in the order init reaches them.
  * The names are the values of fail_at= and hold=.
@@ -140,6 +142,16 @@ static const struct kernel_param_ops raceblk_stage_ops = {
 };
 module_param_cb(stage, &raceblk_stage_ops, NULL, 0444);
 MODULE_PARM_DESC(stage, "Read-only: loading, a point name, \"held at <point>\", \"failed at <point>\" or live");
+
+/*
+ * Where init is, for raceblk_user: a module that uses a symbol of this one
+ * shows what each kernel does with a dependant loaded during our init.
+ */
+const char *raceblk_stage_point(void)
+{
+	return raceblk_point_names[READ_ONCE(g_stage_point)];
+}
+EXPORT_SYMBOL_GPL(raceblk_stage_point);
 
 static int raceblk_release_set(const char *val, const struct kernel_param *kp)
 {

@@ -10,6 +10,9 @@
  *                        pread() LENGTH bytes at OFFSET of the held file
  *                        and write them to FILE      -> "read OK|EIO|..."
  *   close                close() the held file       -> "close OK|..."
+ *   churn PATH MS        open, read 4 KiB and close PATH in a loop for MS
+ *                        milliseconds, racing whatever else happens to the
+ *                        device             -> "churn OK opened N failed M"
  *
  * End of input ends the program.  A line that is not a command gets
  * "error EINVAL".
@@ -20,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int held = -1;
@@ -71,6 +75,36 @@ static int do_close(void)
 	return close(fd) ? errno : 0;
 }
 
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+/* Open, read and close @path until @ms have passed; count the outcomes. */
+static void do_churn(const char *path, long long ms)
+{
+	long long end = now_ms() + ms, opened = 0, failed = 0;
+	char buf[4096];
+	int fd;
+
+	while (now_ms() < end) {
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0) {
+			failed++;
+			continue;
+		}
+		opened++;
+		if (read(fd, buf, sizeof(buf)) < 0)
+			failed++;
+		close(fd);
+	}
+	printf("churn OK opened %lld failed %lld\n", opened, failed);
+	fflush(stdout);
+}
+
 int main(void)
 {
 	char line[4096], path[4096];
@@ -82,6 +116,8 @@ int main(void)
 			answer("open", do_open(path));
 		else if (sscanf(line, "read %lld %zu %4095s", &offset, &length, path) == 3)
 			answer("read", held < 0 ? EBADF : do_read(offset, length, path));
+		else if (sscanf(line, "churn %4095s %lld", path, &offset) == 2)
+			do_churn(path, offset);
 		else if (!strcmp(line, "close\n"))
 			answer("close", held < 0 ? EBADF : do_close());
 		else

@@ -296,6 +296,112 @@ step_stuck() {
 	return $status
 }
 
+# kept: raceblk's init failed while something held it, so the fixed
+# kernel keeps it until the last reference is dropped: logged as unsafe
+# with the caller of the last reference taken during init, "Unloading"
+# with the "!" flag in /proc/modules, going and unsafe in sysfs.
+step_kept() {
+	local unsafe caller proc initstate flag status=0
+
+	unsafe=$(dmesg | grep -F "raceblk: unsafe: init failed with" | head -n 1)
+	caller=$(dmesg | grep -F "raceblk: the last reference taken during its init came from" | head -n 1)
+	proc=$(grep '^raceblk ' /proc/modules)
+	initstate=$(cat /sys/module/raceblk/initstate 2>&1)
+	flag=$(cat /sys/module/raceblk/unsafe 2>&1)
+	echo "log: ${unsafe:-no unsafe line}"
+	echo "log: ${caller:-no line naming the caller}"
+	echo "/proc/modules: ${proc:-no raceblk}"
+	echo "/sys/module/raceblk: initstate $initstate, unsafe $flag"
+	[ -n "$unsafe" ] && [ -n "$caller" ] || status=1
+	case $proc in *" Unloading "*"!-)") ;; *) status=1 ;; esac
+	[ "$initstate" = going ] || status=1
+	[ "$flag" = 1 ] || status=1
+	return $status
+}
+
+# released: raceblk was freed when its init failed (nobody held it then),
+# or it was kept (someone did) and rmmod frees it now that nobody does.
+step_released() {
+	if ! grep -q '^raceblk ' /proc/modules; then
+		echo "raceblk was freed when its init failed: nobody held it"
+		return 0
+	fi
+	echo "raceblk was kept: refcnt $(cat /sys/module/raceblk/refcnt 2>&1)"
+	step_kept && modctl_expect OK unload raceblk
+}
+
+# log_init_refs: switch on the fixed kernel's log of references taken on
+# a module during its init (module.log_init_refs).
+step_log_init_refs() {
+	echo 1 > /sys/module/module/parameters/log_init_refs &&
+		echo "module.log_init_refs: $(cat /sys/module/module/parameters/log_init_refs)"
+}
+
+# init_refs_logged: the kernel logged a reference taken on raceblk during
+# its init, naming the caller.
+step_init_refs_logged() {
+	local lines
+
+	lines=$(dmesg | grep -F "raceblk: reference taken during its init by")
+	echo "${lines:-no reference to raceblk logged during its init}" | head -n 4
+	[ -n "$lines" ]
+}
+
+# initref=REF:ERRNO: initref.ko, whose init takes a reference on itself
+# through REF (self, firmware_nowait, misc_open), loads with ERRNO; once
+# loaded, it unloads again.
+step_initref() {
+	local ref=${1%%:*} expected=${1#*:}
+
+	modctl_expect "$expected" load /lib/modules/initref.ko "ref=$ref" || return 1
+	dmesg | grep -F "initref: ref=$ref during init" | tail -n 1
+	[ "$expected" != OK ] || modctl_expect OK unload initref
+}
+
+# --- other loads while raceblk's init runs -----------------------------------
+
+# bg_command TAG: what background load TAG runs (modctl's arguments).
+bg_command() {
+	case $1 in
+	dep) echo "load /lib/modules/raceblk_user.ko" ;;
+	reload) echo "load $KO image=raceblk/$IMAGE.img" ;;
+	*) return 1 ;;
+	esac
+}
+
+# bg=TAG: start background load TAG: dep, a module using a symbol of
+# raceblk; reload, raceblk again, without failure points.
+step_bg() {
+	local args
+
+	args=$(bg_command "$1") || { echo "no background load named '$1'"; return 1; }
+	# shellcheck disable=SC2086 # modctl's arguments
+	modctl $args > "/tmp/bg.$1.out" 2>&1 &
+	echo $! > "/tmp/bg.$1.pid"
+	echo "modctl $args: started in the background"
+}
+
+# bg_waiting=TAG: background load TAG is still blocked a second later.
+step_bg_waiting() {
+	sleep 1
+	if kill -0 "$(cat "/tmp/bg.$1.pid")" 2>/dev/null; then
+		echo "$1: still waiting in the kernel after 1 s"
+		return 0
+	fi
+	echo "$1: finished already: $(cat "/tmp/bg.$1.out")"
+	return 1
+}
+
+# bg_done=TAG:ERRNO: background load TAG finished with ERRNO.
+step_bg_done() {
+	local tag=${1%%:*} expected=${1#*:} got
+
+	wait "$(cat "/tmp/bg.$tag.pid")" || true
+	got=$(cat "/tmp/bg.$tag.out")
+	echo "$tag: $got, expected $expected"
+	[ "$got" = "$expected" ]
+}
+
 # pr_err=TEXT: the driver logged "raceblk: TEXT..." at KERN_ERR.
 step_pr_err() {
 	local line
@@ -417,6 +523,55 @@ step_refcnt() {
 	got=$(cat /sys/module/raceblk/refcnt 2>&1)
 	echo "/sys/module/raceblk/refcnt: $got, expected $1"
 	[ "$got" = "$1" ]
+}
+
+# process_settled PID COMM: PID has exited, or an oops killed it.
+process_settled() {
+	! kill -0 "$1" 2>/dev/null || killed_by_oops "$2"
+}
+
+# open=DEV[:ERRNO|died]: a process of its own opens /dev/DEV (see
+# device_of) and exits: ERRNO (default OK), or died when an oops killed it.
+step_open() {
+	local dev expected=OK pid got
+
+	dev=$(device_of "${1%%:*}")
+	[ "${1%%:*}" = "$1" ] || expected=${1#*:}
+	echo "open /dev/$dev" | blkhold > /tmp/open.ans 2>&1 &
+	pid=$!
+	poll 20 process_settled "$pid" blkhold || true
+	got=$(cat /tmp/open.ans)
+	if killed_by_oops blkhold || [ -z "$got" ]; then
+		got=died
+	fi
+	echo "open /dev/$dev: $got, expected $expected"
+	[ "$got" = "open $expected" ] || { [ "$expected" = died ] && [ "$got" = died ]; }
+}
+
+# churn_start=DEV: two processes open, read and close /dev/DEV (see
+# device_of) in a loop for 3 s, racing whatever init does meanwhile.
+step_churn_start() {
+	local dev n
+
+	dev=$(device_of "$1")
+	for n in 1 2; do
+		echo "churn /dev/$dev 3000" | blkhold > "/tmp/churn.$n" &
+		echo $! > "/tmp/churn.$n.pid"
+	done
+	sleep 0.5
+	echo "2 processes opening, reading and closing /dev/$dev for 3 s"
+}
+
+# churn_done: both churners ran to the end, and say how often they opened.
+step_churn_done() {
+	local n status=0
+
+	for n in 1 2; do
+		wait "$(cat "/tmp/churn.$n.pid")" || true
+		echo "churner $n: $(cat "/tmp/churn.$n")"
+		grep -q '^churn OK' "/tmp/churn.$n" || status=1
+	done
+	return $status
 }
 
 # --- I/O in flight ------------------------------------------------------------
