@@ -57,6 +57,23 @@ step_wait_unload() {
 	modctl_expect "$1" unload raceblk wait
 }
 
+# unload_twice: two delete_module(raceblk) at once: exactly one frees it,
+# the other finds it being freed (EBUSY) or gone (ENOENT), no crash.
+step_unload_twice() {
+	local a b pid1
+
+	modctl unload raceblk > /tmp/unload.1 &
+	pid1=$!
+	modctl unload raceblk > /tmp/unload.2
+	wait "$pid1"
+	a=$(cat /tmp/unload.1) b=$(cat /tmp/unload.2)
+	echo "two rmmods at once: $a and $b"
+	case "$a $b" in
+	"OK EBUSY" | "EBUSY OK" | "OK ENOENT" | "ENOENT OK") ;;
+	*) return 1 ;;
+	esac
+}
+
 # notifier: load modnotify, which logs every module notifier event.
 step_notifier() {
 	modctl_expect OK load /lib/modules/modnotify.ko
