@@ -291,49 +291,42 @@ step_refused() {
 	[ -n "$line" ]
 }
 
-# stuck: raceblk's init failed after it was made live, so it is kept:
-# logged as unsafe and stuck, live in /proc/modules with the "!" flag,
-# unsafe in sysfs.
-step_stuck() {
-	local unsafe stuck proc initstate flag status=0
+# raceblk_marked LINE1 LINE2 STATE FLAGS INITSTATE: raceblk is still loaded
+# after its failed init: the log says "raceblk: LINE1..." and "raceblk:
+# LINE2...", /proc/modules shows it in STATE with flags ending in FLAGS,
+# sysfs says INITSTATE and unsafe 1.
+raceblk_marked() {
+	local first second proc initstate flag status=0
 
-	unsafe=$(dmesg | grep -F "raceblk: cannot be unloaded due to unsafe usage" | head -n 1)
-	stuck=$(dmesg | grep -F "raceblk: module is now stuck" | head -n 1)
+	first=$(dmesg | grep -F "raceblk: $1" | head -n 1)
+	second=$(dmesg | grep -F "raceblk: $2" | head -n 1)
 	proc=$(grep '^raceblk ' /proc/modules)
 	initstate=$(cat /sys/module/raceblk/initstate 2>&1)
 	flag=$(cat /sys/module/raceblk/unsafe 2>&1)
-	echo "log: ${unsafe:-no unsafe line}"
-	echo "log: ${stuck:-no stuck line}"
+	echo "log: ${first:-no line \"raceblk: $1\"}"
+	echo "log: ${second:-no line \"raceblk: $2\"}"
 	echo "/proc/modules: ${proc:-no raceblk}"
 	echo "/sys/module/raceblk: initstate $initstate, unsafe $flag"
-	[ -n "$unsafe" ] && [ -n "$stuck" ] || status=1
-	case $proc in *" Live "*"!)") ;; *) status=1 ;; esac
-	[ "$initstate" = live ] || status=1
+	[ -n "$first" ] && [ -n "$second" ] || status=1
+	case $proc in *" $3 "*"$4)") ;; *) status=1 ;; esac
+	[ "$initstate" = "$5" ] || status=1
 	[ "$flag" = 1 ] || status=1
 	return $status
 }
 
-# kept: raceblk's init failed while something held it, so the fixed
-# kernel keeps it until the last reference is dropped: logged as unsafe
-# with the caller of the last reference taken during init, "Unloading"
-# with the "!" flag in /proc/modules, going and unsafe in sysfs.
-step_kept() {
-	local unsafe caller proc initstate flag status=0
+# stuck: raceblk's init failed after it was made live (rusty), so it is
+# kept for good: logged as unsafe and stuck, Live with the "!" flag.
+step_stuck() {
+	raceblk_marked "cannot be unloaded due to unsafe usage" "module is now stuck" \
+		Live '!' live
+}
 
-	unsafe=$(dmesg | grep -F "raceblk: unsafe: init failed with" | head -n 1)
-	caller=$(dmesg | grep -F "raceblk: the last reference taken during its init came from" | head -n 1)
-	proc=$(grep '^raceblk ' /proc/modules)
-	initstate=$(cat /sys/module/raceblk/initstate 2>&1)
-	flag=$(cat /sys/module/raceblk/unsafe 2>&1)
-	echo "log: ${unsafe:-no unsafe line}"
-	echo "log: ${caller:-no line naming the caller}"
-	echo "/proc/modules: ${proc:-no raceblk}"
-	echo "/sys/module/raceblk: initstate $initstate, unsafe $flag"
-	[ -n "$unsafe" ] && [ -n "$caller" ] || status=1
-	case $proc in *" Unloading "*"!-)") ;; *) status=1 ;; esac
-	[ "$initstate" = going ] || status=1
-	[ "$flag" = 1 ] || status=1
-	return $status
+# kept: raceblk's init failed while something held it (fixed), so it is
+# kept until rmmod finds it unused: logged as unsafe with the caller of the
+# last reference taken during init, Unloading with the "!" flag.
+step_kept() {
+	raceblk_marked "unsafe: init failed with" \
+		"the last reference taken during its init came from" Unloading '!-' going
 }
 
 # released: raceblk was freed when its init failed (nobody held it then),
