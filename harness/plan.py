@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""The scenario table (harness/scenarios), parsed once and validated.
+
+Each row is ``id | variants | image | params | console | steps``.  A row
+that would never run, or would run and fail for a reason that has nothing
+to do with the kernel (a misspelt variant, an unknown step, a console
+regex that does not compile), is an error here, named ``FILE:LINE``,
+before any guest boots.
+
+    harness/plan.py check [TABLE]   validate; exit 1 and list the errors
+
+Standard library only, as the kernel's own kunit.py.
+"""
+
+import dataclasses
+import pathlib
+import re
+import sys
+from typing import Iterator, List, Set, Tuple
+
+HARNESS = pathlib.Path(__file__).resolve().parent
+TOP = HARNESS.parent
+COLUMNS = ('id', 'variants', 'image', 'params', 'console', 'steps')
+ID_RE = re.compile(r'^[a-z][a-z0-9_]*$')
+STEP_RE = re.compile(r'^([a-z][a-z0-9_]*)(?:=(\S+))?$')
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+	"""One row of the table, as written (columns trimmed)."""
+	line: int
+	id: str
+	variants: Tuple[str, ...]
+	image: str
+	params: Tuple[str, ...]
+	console: str
+	steps: Tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Known:
+	"""What the rows may name."""
+	variants: Set[str]
+	images: Set[str]
+	steps: Set[str]
+
+
+def known_names(top: pathlib.Path = TOP) -> Known:
+	series = {p.name[len('series.'):] for p in (top / 'kernel-patches').glob('series.*')}
+	images = {p.stem for p in (top / 'images').glob('*.parted')}
+	images |= {p.stem for p in (top / 'images').glob('*.patch')}
+	steps = set(re.findall(r'^step_([a-z0-9_]+)\(\)', (top / 'harness/guest/steps.sh').read_text(),
+			       re.MULTILINE))
+	return Known(variants=series | {v + '-debug' for v in series}, images=images, steps=steps)
+
+
+def parse(path: pathlib.Path) -> Tuple[List[Row], List[str]]:
+	"""The rows of the table at PATH, and the lines that are not rows."""
+	rows, errors = [], []
+	for nr, text in enumerate(path.read_text().splitlines(), 1):
+		if not text.strip() or text.lstrip().startswith('#'):
+			continue
+		cells = [c.strip() for c in text.split('|')]
+		if len(cells) != len(COLUMNS):
+			errors.append(f'{path}:{nr}: {len(cells)} columns, a row has {len(COLUMNS)}: '
+				      + ' | '.join(COLUMNS))
+			continue
+		id_, variants, image, params, console, steps = cells
+		rows.append(Row(line=nr, id=id_, variants=tuple(variants.split(',')), image=image,
+				params=() if params == '-' else tuple(params.split()),
+				console=console, steps=tuple(steps.split())))
+	return rows, errors
+
+
+def row_errors(row: Row, known: Known) -> Iterator[str]:
+	if not ID_RE.match(row.id):
+		yield f'id "{row.id}": lower case letters, digits and _'
+	for variant in row.variants:
+		if variant != 'all' and variant not in known.variants:
+			yield f'unknown variant "{variant}" (kernel-patches/series.* name them)'
+	if row.variants.count('all') and len(row.variants) > 1:
+		yield '"all" with other variants'
+	if row.image not in ('all', 'any') and row.image not in known.images:
+		yield f'unknown image "{row.image}" (images/*.parted, images/*.patch, all, any)'
+	if row.console != '-':
+		try:
+			re.compile(row.console)
+		except re.error as err:
+			yield f'console regex "{row.console}": {err}'
+	if not row.steps:
+		yield 'no steps'
+	for step in row.steps:
+		match = STEP_RE.match(step)
+		if not match:
+			yield f'step "{step}": NAME or NAME=ARG'
+		elif match.group(1) not in known.steps:
+			yield f'unknown step "{match.group(1)}" (no step_{match.group(1)} in harness/guest/steps.sh)'
+
+
+def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]:
+	"""A variant that two rows with the same id both name."""
+	seen = {}
+	for row in rows:
+		variants = known.variants if 'all' in row.variants else set(row.variants)
+		for variant in sorted(variants):
+			first = seen.setdefault((row.id, variant), row)
+			if first is not row:
+				yield row, f'{row.id} on {variant} again (first at line {first.line})'
+
+
+def check(path: pathlib.Path, known: Known) -> List[str]:
+	rows, errors = parse(path)
+	for row in rows:
+		errors += [f'{path}:{row.line}: {e}' for e in row_errors(row, known)]
+	errors += [f'{path}:{row.line}: {e}' for row, e in duplicate_errors(rows, known)]
+	return sorted(errors, key=lambda e: int(e.split(':')[1]))
+
+
+def main(argv: List[str]) -> int:
+	if len(argv) < 1 or argv[0] != 'check' or len(argv) > 2:
+		print('usage: harness/plan.py check [TABLE]', file=sys.stderr)
+		return 2
+	path = pathlib.Path(argv[1]) if len(argv) > 1 else HARNESS / 'scenarios'
+	errors = check(path, known_names())
+	for error in errors:
+		print(error, file=sys.stderr)
+	return 1 if errors else 0
+
+
+if __name__ == '__main__':
+	sys.exit(main(sys.argv[1:]))
