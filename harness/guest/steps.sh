@@ -464,21 +464,36 @@ step_release() {
 	echo 1 > /sys/module/raceblk/parameters/release && echo "release written"
 }
 
+# holder_watch PID: while blkhold (PID) is alive and not killed by an oops,
+# for up to 20 s; then, unless told to stop (/tmp/hold.answered), answer
+# "died" in its place.  blkhold answers each command with one write of a
+# whole line, and so does this, so a reader never sees half a line.
+holder_watch() {
+	local tries=0
+
+	while [ $tries -lt 200 ] && kill -0 "$1" 2>/dev/null && ! killed_by_oops blkhold; do
+		[ ! -e /tmp/hold.answered ] || return 0
+		sleep 0.1
+		tries=$((tries + 1))
+	done
+	[ -e /tmp/hold.answered ] || echo died > /tmp/hold.ans
+}
+
 # holder_ask COMMAND: send COMMAND to blkhold, print its answer, or "died"
 # when it is gone: an oops killed it (it may then hang in its exit, keeping
 # the answer pipe open, so the kernel log tells), or it was silent for 20 s.
+# One blocking read per answer, never a timed one: busybox's read -t can
+# give up after consuming part of a line, and that part is lost.
 holder_ask() {
-	local answer tries=0
+	local answer watcher
 
 	echo "$*" >&5 2>/dev/null || { echo died; return; }
-	# shellcheck disable=SC3045 # busybox ash has read -t, in fractions too
-	until read -t 0.1 -r answer <&6; do
-		tries=$((tries + 1))
-		if [ $tries -ge 200 ] || killed_by_oops blkhold; then
-			answer=died
-			break
-		fi
-	done
+	rm -f /tmp/hold.answered
+	holder_watch "$HELD_PID" &
+	watcher=$!
+	read -r answer <&6 || answer=died
+	: > /tmp/hold.answered
+	wait "$watcher" 2>/dev/null
 	echo "$answer"
 }
 
@@ -498,6 +513,7 @@ step_holder_open() {
 	rm -f /tmp/hold.cmd /tmp/hold.ans
 	mkfifo /tmp/hold.cmd /tmp/hold.ans
 	blkhold < /tmp/hold.cmd > /tmp/hold.ans &
+	HELD_PID=$!
 	exec 5> /tmp/hold.cmd 6< /tmp/hold.ans
 	HELD_DEV=$dev
 	# Partition number for the checksum table: 0 is the whole disk.
