@@ -8,7 +8,10 @@ to do with the kernel (a misspelt variant, an unknown step, a console
 regex that does not compile), is an error here, named ``FILE:LINE``,
 before any guest boots.
 
-    harness/plan.py check [TABLE]   validate; exit 1 and list the errors
+    harness/plan.py check [TABLE [VARIANT...]]
+                                    validate the table, and that each
+                                    VARIANT (the run's) is a known one;
+                                    exit 1 and list the errors
 
 Standard library only, as the kernel's own kunit.py.
 """
@@ -117,12 +120,18 @@ def check(path: pathlib.Path, known: Known) -> List[str]:
 	return sorted(errors, key=lambda e: int(e.split(':')[1]))
 
 
+def variant_errors(variants: List[str], known: Known) -> List[str]:
+	return [f'unknown variant "{v}" (kernel-patches/series.* name them)'
+		for v in variants if v not in known.variants]
+
+
 def main(argv: List[str]) -> int:
-	if len(argv) < 1 or argv[0] != 'check' or len(argv) > 2:
-		print('usage: harness/plan.py check [TABLE]', file=sys.stderr)
+	if len(argv) < 1 or argv[0] != 'check':
+		print('usage: harness/plan.py check [TABLE [VARIANT...]]', file=sys.stderr)
 		return 2
 	path = pathlib.Path(argv[1]) if len(argv) > 1 else HARNESS / 'scenarios'
-	errors = check(path, known_names())
+	known = known_names()
+	errors = check(path, known) + variant_errors(argv[2:], known)
 	for error in errors:
 		print(error, file=sys.stderr)
 	return 1 if errors else 0

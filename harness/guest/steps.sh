@@ -464,18 +464,18 @@ step_release() {
 	echo 1 > /sys/module/raceblk/parameters/release && echo "release written"
 }
 
-# holder_watch PID: while blkhold (PID) is alive and not killed by an oops,
-# for up to 20 s; then, unless told to stop (/tmp/hold.answered), answer
-# "died" in its place.  blkhold answers each command with one write of a
-# whole line, and so does this, so a reader never sees half a line.
-holder_watch() {
-	local tries=0
+# holder_settled PID: blkhold's answer came, or blkhold (PID) exited or an
+# oops killed it.
+holder_settled() {
+	[ -e /tmp/hold.answered ] || process_settled "$1" blkhold
+}
 
-	while [ $tries -lt 200 ] && kill -0 "$1" 2>/dev/null && ! killed_by_oops blkhold; do
-		[ ! -e /tmp/hold.answered ] || return 0
-		sleep 0.1
-		tries=$((tries + 1))
-	done
+# holder_watch PID: wait until holder_settled, for up to 20 s; then, unless
+# the answer came, answer "died" in blkhold's place.  blkhold answers each
+# command with one write of a whole line, and so does this, so a reader
+# never sees half a line.
+holder_watch() {
+	poll 20 holder_settled "$1" || true
 	[ -e /tmp/hold.answered ] || echo died > /tmp/hold.ans
 }
 
