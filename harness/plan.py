@@ -13,6 +13,10 @@ before any guest boots.
                                     VARIANT (the run's) is a known one;
                                     exit 1 and list the errors
 
+The runner (harness/run) compiles it with scenarios(): one Scenario per
+row, variant and image, resolved (the guest gets params and steps as they
+are here, and reads no table).
+
 Standard library only, as the kernel's own kunit.py.
 """
 
@@ -20,7 +24,7 @@ import dataclasses
 import pathlib
 import re
 import sys
-from typing import Iterator, List, Set, Tuple
+from typing import Iterator, List, Optional, Set, Tuple
 
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
@@ -123,6 +127,67 @@ def check(path: pathlib.Path, known: Known) -> List[str]:
 def variant_errors(variants: List[str], known: Known) -> List[str]:
 	return [f'unknown variant "{v}" (kernel-patches/series.* name them)'
 		for v in variants if v not in known.variants]
+
+
+DEFAULT_IMAGE = 'mbr-primary'
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+	"""One guest's work: a row resolved for one variant and one image."""
+	variant: str
+	id: str
+	image: str
+	params: Tuple[str, ...]
+	console: str
+	steps: Tuple[str, ...]
+	line: int
+
+	@property
+	def name(self) -> str:
+		return f'{self.variant}/{self.id}/{self.image}'
+
+
+def default_variants(top: pathlib.Path = TOP) -> List[str]:
+	text = (top / 'kernel-patches/variants').read_text()
+	return ' '.join(re.sub(r'#.*', '', line) for line in text.splitlines()).split()
+
+
+def all_images(top: pathlib.Path = TOP) -> List[str]:
+	"""Every image the repository builds: good ones (a parted spec) first."""
+	images = top / 'images'
+	return ([p.stem for p in sorted(images.glob('*.parted'))]
+		+ [p.stem for p in sorted(images.glob('*.patch'))])
+
+
+def row_images(row: Row, own_image: Optional[str], top: pathlib.Path = TOP) -> List[str]:
+	"""The images a row runs on; with --image NAME, its "all" and "any" rows only."""
+	if own_image is not None:
+		return [own_image] if row.image in ('all', 'any') else []
+	if row.image == 'all':
+		return all_images(top)
+	return [DEFAULT_IMAGE if row.image == 'any' else row.image]
+
+
+def resolve(row: Row, variant: str, image: str) -> Scenario:
+	"""The row as the guest runs it: the image named in params unless they name one."""
+	params = row.params
+	if not any(p.startswith('image=') for p in params):
+		params = (f'image=raceblk/{image}.img',) + params
+	return Scenario(variant=variant, id=row.id, image=image, params=params,
+			console=row.console, steps=row.steps, line=row.line)
+
+
+def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] = None,
+	      top: pathlib.Path = TOP) -> List[Scenario]:
+	"""Every scenario of a valid table, in table order, then variant order."""
+	rows, _ = parse(path)
+	plan = []
+	for row in rows:
+		for variant in variants:
+			if 'all' in row.variants or variant in row.variants:
+				plan += [resolve(row, variant, image) for image in row_images(row, own_image, top)]
+	return plan
 
 
 def main(argv: List[str]) -> int:

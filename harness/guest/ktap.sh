@@ -17,12 +17,22 @@ ktap_skip_all() {
 	ktap_line "1..0 # SKIP $1"
 }
 
+# uptime_cs: UPTIME_CS, the uptime in centiseconds (in this shell: a
+# process costs tens of ms under TCG).
+uptime_cs() {
+	local up _
+
+	read -r up _ < /proc/uptime
+	# "1${up#*.} - 100": a fraction like 08 is no octal number.
+	UPTIME_CS=$((${up%.*} * 100 + 1${up#*.} - 100))
+}
+
 # ktap_run_step STEP: run step_NAME [ARG] for STEP = NAME[=ARG]; its output
-# becomes diagnostic lines, its status the result.  Steps run in this shell,
-# not a subshell, so that what they start (a background load, the holder's
-# file descriptors) outlives them.
+# becomes diagnostic lines, then "# time: S.CCs", its status the result.
+# Steps run in this shell, not a subshell, so that what they start (a
+# background load, the holder's file descriptors) outlives them.
 ktap_run_step() {
-	local step=$1 name arg status=0 line
+	local step=$1 name arg status=0 line start cs
 
 	name=${step%%=*}
 	arg=
@@ -32,10 +42,17 @@ ktap_run_step() {
 		ktap_line "not ok $KTAP_N $step # unknown step"
 		return
 	fi
+	uptime_cs
+	start=$UPTIME_CS
 	"step_$name" "$arg" > /tmp/step.out 2>&1 || status=$?
+	uptime_cs
+	start=$((UPTIME_CS - start))
 	while IFS= read -r line; do
 		ktap_line "# $line"
 	done < /tmp/step.out
+	cs=$((start % 100))
+	[ "$cs" -ge 10 ] || cs=0$cs
+	ktap_line "# time: $((start / 100)).${cs}s"
 	if [ "$status" -eq 0 ]; then
 		ktap_line "ok $KTAP_N $step"
 	else

@@ -1,0 +1,309 @@
+# SPDX-License-Identifier: GPL-2.0
+"""QEMU guests: one per scenario, booted cold or restored from a snapshot
+of its variant's guest taken at the point where /init waits for work.
+
+The host is the server of every socket: QEMU connects to the guest's KTAP
+port (the second serial line) and, for a snapshot's save, to its QMP
+monitor.  On the KTAP port the guest says READY, the host sends the
+scenario (resolved: params and steps) and the guest answers with KTAP.
+Snapshots are saved with QMP migrate to a file descriptor passed over the
+QMP socket, and restored with -incoming fd:N: no shell runs a path.
+
+Every QEMU runs in its own process group, has a deadline and is killed
+(the whole group) at it; kill_all() is what a signal handler calls.
+"""
+
+import hashlib
+import json
+import os
+import pathlib
+import select
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Dict, List, Optional, Sequence
+
+QEMU = 'qemu-system-x86_64'
+CMDLINE = 'console=ttyS0 reboot=t panic=-1'
+
+_running: Dict[int, subprocess.Popen] = {}
+_running_lock = threading.Lock()
+_stopping = threading.Event()
+
+
+class Fault(Exception):
+	"""QEMU or the host failed: no verdict on the kernel can come of it."""
+
+
+def kill_all() -> None:
+	"""Stop starting guests and kill every running one's process group."""
+	_stopping.set()
+	with _running_lock:
+		for proc in _running.values():
+			try:
+				os.killpg(proc.pid, signal.SIGKILL)
+			except ProcessLookupError:
+				pass
+
+
+def stopping() -> bool:
+	return _stopping.is_set()
+
+
+def log_tail(path: pathlib.Path, lines: int = 20) -> str:
+	try:
+		return '\n'.join(path.read_text(errors='replace').splitlines()[-lines:])
+	except OSError:
+		return ''
+
+
+class Machine:
+	"""The machine a variant's guests run on.  A restore needs the very
+	machine its snapshot was saved on, so cold boots, saves and restores
+	all take their arguments from here."""
+
+	def __init__(self, accel: str, variant: str, kernel: pathlib.Path):
+		self.accel, self.variant, self.kernel = accel, variant, kernel
+		# KASAN's shadow and kmemleak's metadata want room.
+		self.memory = 768 if variant.endswith('-debug') else 256
+
+	def args(self, initrd: pathlib.Path, console: pathlib.Path, ktap_sock: str) -> List[str]:
+		# la57=off: with 5-level paging, 6.1's generic KASAN sometimes
+		# reports a "wild-memory-access" in __common_interrupt() at boot
+		# (2 of 30 debug boots; 0 of 30 with 4-level paging).
+		return ['-accel', self.accel, '-cpu', 'max,la57=off', '-m', str(self.memory), '-smp', '1',
+			'-M', 'microvm,x-option-roms=off,isa-serial=on,rtc=on',
+			'-no-reboot', '-display', 'none', '-nodefaults',
+			'-chardev', f'file,id=console,path={console}', '-serial', 'chardev:console',
+			'-chardev', f'socket,id=ktap,path={ktap_sock}',
+			'-device', 'isa-serial,chardev=ktap,index=1',
+			'-kernel', str(self.kernel), '-initrd', str(initrd), '-append', CMDLINE]
+
+	def key(self, initrd_parts: Sequence[pathlib.Path]) -> str:
+		"""What a snapshot of this machine is made of."""
+		digest = hashlib.sha256()
+		digest.update(' '.join(self.args(pathlib.Path('INITRD'), pathlib.Path('CONSOLE'), 'KTAP')).encode())
+		digest.update(subprocess.run([QEMU, '--version'], capture_output=True, check=False).stdout)
+		for path in [self.kernel, *initrd_parts]:
+			digest.update(hashlib.sha256(path.read_bytes()).digest())
+		return digest.hexdigest()
+
+
+def scenario_message(variant: str, id_: str, image: str, params: Sequence[str],
+		     steps: Sequence[str], archive: bytes = b'') -> bytes:
+	"""What the guest reads at its READY point.  (The first byte after a
+	restore can be lost: a blank line goes first.)"""
+	lines = ['', f'run {variant} {id_} {image} {len(archive)}',
+		 ' '.join(['params', *params]), ' '.join(['steps', *steps]), '']
+	return '\n'.join(lines).encode() + archive
+
+
+class Guest:
+	"""One QEMU process and its sockets, with a deadline for all of it."""
+
+	def __init__(self, workdir: pathlib.Path, sockdir: str, deadline: float):
+		self.workdir, self.deadline = workdir, deadline
+		self.sockdir = tempfile.mkdtemp(dir=sockdir)
+		self.ktap_path = os.path.join(self.sockdir, 'ktap')
+		self.ktap_listener = self._listen(self.ktap_path)
+		self.proc: Optional[subprocess.Popen] = None
+		self.received = bytearray()
+
+	@staticmethod
+	def _listen(path: str) -> socket.socket:
+		sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+		sock.bind(path)
+		sock.listen(1)
+		return sock
+
+	def remaining(self) -> float:
+		return max(0.0, self.deadline - time.monotonic())
+
+	def start(self, args: List[str], pass_fds: Sequence[int] = ()) -> None:
+		if stopping():
+			raise Fault('interrupted')
+		with open(self.workdir / 'qemu.log', 'wb') as log:
+			try:
+				self.proc = subprocess.Popen([QEMU, *args], stdin=subprocess.DEVNULL, stdout=log,
+							     stderr=subprocess.STDOUT, pass_fds=pass_fds,
+							     start_new_session=True)
+			except OSError as err:
+				raise Fault(f'cannot start {QEMU}: {err}') from err
+		with _running_lock:
+			_running[self.proc.pid] = self.proc
+		if stopping():
+			kill_all()
+
+	def _qemu_gone(self, what: str) -> Fault:
+		status = self.proc.poll() if self.proc else None
+		tail = log_tail(self.workdir / 'qemu.log', 5)
+		return Fault(f'QEMU exited (status {status}) {what}' + (f': {tail}' if tail else ''))
+
+	def accept(self, listener: socket.socket, what: str) -> socket.socket:
+		"""QEMU's connection to LISTENER; a fault if QEMU dies first."""
+		while self.remaining() > 0:
+			ready, _, _ = select.select([listener], [], [], min(0.1, self.remaining()))
+			if ready:
+				conn, _ = listener.accept()
+				return conn
+			if self.proc.poll() is not None:
+				raise self._qemu_gone(f'before it opened its {what}')
+		raise Fault(f'QEMU did not open its {what} before the deadline')
+
+	def read_until(self, conn: socket.socket, stop: Optional[bytes], out) -> bool:
+		"""Append what the guest says to received (and OUT) until STOP is
+		in it (None: until QEMU closes the port).  False at the deadline."""
+		while stop is None or stop not in self.received:
+			ready, _, _ = select.select([conn], [], [], min(0.2, self.remaining()))
+			if ready:
+				data = conn.recv(65536)
+				if not data:
+					return stop is None
+				self.received += data
+				if out:
+					out.write(data)
+					out.flush()
+			elif self.remaining() <= 0:
+				return False
+		return True
+
+	def outcome(self, when: str) -> str:
+		"""Wait for QEMU until the deadline: "exited", or "timeout" (then
+		killed); a Fault when QEMU itself failed (a guest's reboot or
+		panic ends it with status 0)."""
+		try:
+			status = self.proc.wait(timeout=self.remaining())
+		except subprocess.TimeoutExpired:
+			self.kill()
+			return 'timeout'
+		if status != 0:
+			raise self._qemu_gone(when)
+		return 'exited'
+
+	def kill(self) -> None:
+		if self.proc is None:
+			return
+		try:
+			os.killpg(self.proc.pid, signal.SIGKILL)
+		except ProcessLookupError:
+			pass
+		self.proc.wait()
+		with _running_lock:
+			_running.pop(self.proc.pid, None)
+
+	def close(self) -> None:
+		self.kill()
+		self.ktap_listener.close()
+
+
+def run_scenario(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd: pathlib.Path,
+		 message: bytes, timeout_s: float, snapshot: Optional[pathlib.Path] = None) -> str:
+	"""Boot (or restore SNAPSHOT) one guest, send it MESSAGE, keep its KTAP
+	in WORKDIR/ktap and its console in WORKDIR/console.log.  Returns
+	"exited" or "timeout"; raises Fault when QEMU failed around the guest."""
+	guest = Guest(workdir, sockdir, time.monotonic() + timeout_s)
+	args = machine.args(initrd, workdir / 'console.log', guest.ktap_path)
+	fds: List[int] = []
+	try:
+		if snapshot is not None:
+			fd = os.open(snapshot, os.O_RDONLY)
+			fds.append(fd)
+			args += ['-incoming', f'fd:{fd}']
+		guest.start(args, pass_fds=fds)
+		for fd in fds:
+			os.close(fd)
+		fds = []
+		conn = guest.accept(guest.ktap_listener, 'KTAP port')
+		with conn, open(workdir / 'ktap', 'wb') as out:
+			# A restored guest waits already; a cold one says READY first.
+			if snapshot is None and not guest.read_until(conn, b'READY', None):
+				return guest.outcome('before its guest said READY')
+			guest.received.clear()
+			conn.settimeout(max(guest.remaining(), 0.1))
+			try:
+				conn.sendall(message)
+			except OSError:
+				pass	# the guest is gone: its KTAP says how far it got
+			guest.read_until(conn, None, out)
+		return guest.outcome('while its guest ran')
+	except OSError as err:
+		raise Fault(f'{type(err).__name__}: {err}') from err
+	finally:
+		for fd in fds:
+			os.close(fd)
+		guest.close()
+
+
+class Qmp:
+	"""A QMP monitor connection (QEMU connected to our socket)."""
+
+	def __init__(self, conn: socket.socket, guest: Guest):
+		self.conn, self.guest, self.buffer = conn, guest, b''
+		self._message()		# the greeting
+		self.execute('qmp_capabilities')
+
+	def _message(self) -> dict:
+		while b'\n' not in self.buffer:
+			ready, _, _ = select.select([self.conn], [], [], min(0.2, self.guest.remaining()))
+			if ready:
+				data = self.conn.recv(65536)
+				if not data:
+					raise self.guest._qemu_gone('while its monitor was in use')
+				self.buffer += data
+			elif self.guest.remaining() <= 0:
+				raise Fault('QEMU monitor did not answer before the deadline')
+		line, self.buffer = self.buffer.split(b'\n', 1)
+		return json.loads(line)
+
+	def execute(self, command: str, fd: Optional[int] = None, **arguments) -> dict:
+		request = json.dumps({'execute': command, 'arguments': arguments}).encode() + b'\n'
+		if fd is None:
+			self.conn.sendall(request)
+		else:
+			socket.send_fds(self.conn, [request], [fd])
+		while True:
+			reply = self._message()
+			if 'error' in reply:
+				raise Fault(f'QMP {command}: {reply["error"].get("desc", reply["error"])}')
+			if 'return' in reply:
+				return reply['return']
+
+
+def save_snapshot(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd: pathlib.Path,
+		  snapshot: pathlib.Path, timeout_s: float) -> None:
+	"""Boot MACHINE to the guest's READY point and save it to SNAPSHOT over
+	QMP; raises Fault (the console tail in it) when that cannot be done."""
+	guest = Guest(workdir, sockdir, time.monotonic() + timeout_s)
+	qmp_path = os.path.join(guest.sockdir, 'qmp')
+	qmp_listener = Guest._listen(qmp_path)
+	args = machine.args(initrd, workdir / 'console.log', guest.ktap_path)
+	args += ['-chardev', f'socket,id=qmp,path={qmp_path}', '-mon', 'chardev=qmp,mode=control']
+	tmp = snapshot.with_suffix('.tmp')
+	try:
+		guest.start(args)
+		ktap = guest.accept(guest.ktap_listener, 'KTAP port')
+		qmp = Qmp(guest.accept(qmp_listener, 'QMP monitor'), guest)
+		with ktap, open(workdir / 'ktap.log', 'wb') as out:
+			if not guest.read_until(ktap, b'READY', out):
+				raise Fault('the guest did not reach its snapshot point before the deadline')
+			with open(tmp, 'wb') as image:
+				qmp.execute('getfd', fd=image.fileno(), fdname='snapshot')
+			qmp.execute('migrate', uri='fd:snapshot')
+			while qmp.execute('query-migrate').get('status') not in ('completed', 'failed'):
+				if guest.remaining() <= 0:
+					raise Fault('the snapshot was not saved before the deadline')
+				time.sleep(0.05)
+			if qmp.execute('query-migrate').get('status') != 'completed':
+				raise Fault('QEMU failed to save the snapshot')
+			qmp.execute('quit')
+		os.replace(tmp, snapshot)
+	except (Fault, OSError, ValueError) as fault:
+		tail = log_tail(workdir / 'console.log')
+		raise Fault(f'{fault}' + (f'\nits console:\n{tail}' if tail else '')) from fault
+	finally:
+		qmp_listener.close()
+		guest.close()
+		tmp.unlink(missing_ok=True)

@@ -1,0 +1,131 @@
+# SPDX-License-Identifier: GPL-2.0
+"""Reports generated from results.json, one record per scenario: the KTAP
+document (Documentation/dev-tools/ktap.rst), the JUnit XML CI tools read
+(the Jenkins/Ant schema: harness/selftest/junit-10.xsd) and the shard
+matrix.  No hand-written escaping: json and xml.etree do it.
+"""
+
+import json
+import pathlib
+import re
+import socket
+import time
+import xml.etree.ElementTree as ET
+from typing import Dict, List
+
+# XML 1.0 allows no control character but tab, newline and carriage return.
+XML_INVALID_RE = re.compile('[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]')
+
+
+def xml_text(text: str) -> str:
+	"""TEXT with what XML 1.0 cannot carry shown as ^X (caret notation)."""
+	return XML_INVALID_RE.sub(lambda m: f'^{chr(ord(m.group()) + 64)}' if m.group() < ' ' else '?', text)
+
+
+def totals(records: List[Dict]) -> Dict[str, int]:
+	count = {'PASS': 0, 'FAIL': 0, 'SKIP': 0, 'ERROR': 0}
+	for record in records:
+		count[record['verdict']] += 1
+	return {'tests': len(records), 'passed': count['PASS'], 'failed': count['FAIL'],
+		'errors': count['ERROR'], 'skipped': count['SKIP']}
+
+
+def write_json(path: pathlib.Path, run: Dict) -> None:
+	tmp = path.with_suffix('.tmp')
+	tmp.write_text(json.dumps(run, indent=1) + '\n')
+	tmp.replace(path)
+
+
+# --- KTAP ----------------------------------------------------------------------
+
+def _ktap_steps(record: Dict, indent: str) -> List[str]:
+	"""A scenario's steps as a nested KTAP document, complete even when the
+	guest was cut off: the steps it never reported are "not ok # TIMEOUT"
+	or "# ERROR", so the plan always adds up."""
+	lines = [f'{indent}KTAP version 1', f'{indent}# Subtest: {record["name"]}',
+		 f'{indent}1..{len(record["results"])}']
+	cut_off = record['directive'] or 'ERROR'
+	for step in record['results']:
+		lines += [f'{indent}# {d}' for d in step['diagnostics']]
+		if step['ok'] is None:
+			lines.append(f'{indent}not ok {step["number"]} {step["name"]} # {cut_off} not reported')
+		else:
+			lines.append(f'{indent}{"ok" if step["ok"] else "not ok"} {step["number"]} {step["name"]}')
+	return lines
+
+
+def _ktap_result(record: Dict, number: int) -> str:
+	name, verdict = record['name'], record['verdict']
+	if verdict == 'PASS':
+		return f'ok {number} {name}'
+	if verdict == 'SKIP':
+		return f'ok {number} {name} # SKIP {record["reason"]}'
+	if record['directive']:
+		return f'not ok {number} {name} # {record["directive"]} {record["reason"]}'
+	return f'not ok {number} {name}'
+
+
+def ktap(records: List[Dict]) -> str:
+	"""The whole run: one result per scenario, its steps nested (2 spaces)."""
+	lines = ['KTAP version 1', f'1..{len(records)}']
+	for number, record in enumerate(records, 1):
+		if record['verdict'] != 'SKIP' and record['results']:
+			lines += _ktap_steps(record, '  ')
+		if record['proof']:
+			lines.append(f'# {record["proof"]}')
+		if record['verdict'] in ('FAIL', 'ERROR') and not record['directive']:
+			lines.append(f'# {record["reason"]}')
+		lines.append(_ktap_result(record, number))
+	return '\n'.join(xml_text(line).replace('\n', ' ') for line in lines) + '\n'
+
+
+# --- JUnit ----------------------------------------------------------------------
+
+def failure_body(record: Dict) -> str:
+	"""What CI shows for a failure: the reason, the steps' diagnostics, the
+	console from the first crash line (symbolised when it could be)."""
+	parts = [record['reason']]
+	for step in record['results']:
+		mark = {True: 'ok', False: 'not ok', None: 'not reported'}[step['ok']]
+		parts.append(f'{mark} {step["number"]} {step["name"]}')
+		parts += [f'    {d}' for d in step['diagnostics']]
+	if record['console_excerpt']:
+		parts += ['', 'console:', record['console_excerpt']]
+	parts += ['', f'logs: {record["logs"]}']
+	return '\n'.join(parts)
+
+
+def junit(run: Dict) -> bytes:
+	"""One testsuite, a testcase per scenario (classname: the variant)."""
+	records = run['scenarios']
+	count = totals(records)
+	seconds = f'{sum(r["seconds"] for r in records):.3f}'
+	root = ET.Element('testsuites', name='raceblk', tests=str(count['tests']),
+			  failures=str(count['failed']), errors=str(count['errors']), time=seconds)
+	suite = ET.SubElement(root, 'testsuite', name='raceblk', tests=str(count['tests']),
+			      failures=str(count['failed']), errors=str(count['errors']),
+			      skipped=str(count['skipped']), time=seconds,
+			      timestamp=time.strftime('%Y-%m-%dT%H:%M:%S', time.gmtime(run['started'])),
+			      hostname=socket.gethostname())
+	for record in records:
+		case = ET.SubElement(suite, 'testcase', classname=record['variant'],
+				     name=f'{record["id"]}/{record["image"]}', time=f'{record["seconds"]:.3f}')
+		if record['verdict'] in ('FAIL', 'ERROR'):
+			element = 'failure' if record['verdict'] == 'FAIL' else 'error'
+			ET.SubElement(case, element, message=xml_text(record['reason']),
+				      type=record['directive'] or 'FAIL').text = xml_text(failure_body(record))
+		elif record['verdict'] == 'SKIP':
+			ET.SubElement(case, 'skipped', message=xml_text(record['reason']))
+		ET.SubElement(case, 'system-out').text = xml_text(record['ktap'])
+	ET.indent(root)
+	return ET.tostring(root, encoding='UTF-8', xml_declaration=True) + b'\n'
+
+
+# --- matrix ---------------------------------------------------------------------
+
+def matrix(names: List[str], shards: int, variants: List[str], filters: List[str]) -> Dict:
+	"""A GitHub Actions strategy.matrix: shard I of N runs every Nth
+	scenario from the Ith, so N jobs run each exactly once."""
+	return {'include': [{'shard': f'{i}/{shards}', 'variants': ' '.join(variants),
+			     'filter': ' '.join(filters), 'scenarios': len(names[i - 1::shards])}
+			    for i in range(1, shards + 1)]}

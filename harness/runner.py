@@ -1,0 +1,597 @@
+# SPDX-License-Identifier: GPL-2.0
+"""harness/run: boot one QEMU guest per scenario and turn what it reports
+into verdicts.  `make test` builds the kernels and initramfs, then calls it.
+
+Scenarios are the rows of harness/scenarios, compiled once into a validated
+plan (harness/plan.py) over the kernel variants in $VARIANTS (default:
+kernel-patches/variants) and named VARIANT/ID/IMAGE.  Each runs in its own
+VM (a crash must not poison the next one), restored from a snapshot of its
+variant's guest taken where /init waits for work (build/snapshots/, saved
+again when the kernel, the archive or QEMU change) when the variant has 3
+scenarios or more in the run, else booted cold.  --snapshot and --cold
+force either way; a snapshot that cannot be saved falls back to cold
+boots.  The host sends each guest its resolved row (params and steps); the
+guest answers in KTAP on its second serial port, its console goes to a log.
+A guest still running at --timeout is killed with its process group.
+
+Results: build/results/results.json (a record per scenario and step), and
+from it results.ktap, junit.xml and matrix.json; each scenario's logs in
+build/results/VARIANT/ID/IMAGE/.  Last line: "N passed, N failed, N
+skipped" (an ERROR, a fault of the harness rather than the kernel, counts
+as failed).  Exit status: 0 all passed, 1 something failed, 2 bad input
+or setup, 130/143 interrupted by SIGINT/SIGTERM.
+"""
+
+import argparse
+import concurrent.futures
+import fcntl
+import fnmatch
+import hashlib
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from typing import Dict, List, Optional, Tuple
+
+import guestvm
+import plan
+import reports
+import verdict
+from plan import Scenario
+
+HARNESS = pathlib.Path(__file__).resolve().parent
+TOP = HARNESS.parent
+BUILD = pathlib.Path(os.environ.get('RACEBLK_BUILD', TOP / 'build'))
+RESULTS = BUILD / 'results'
+TABLE = HARNESS / 'scenarios'
+SNAPSHOT_MIN = 3	# a snapshot costs about two boots
+
+USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list] [--matrix N] [--filter GLOBS] '
+	 '[--shard I/N] [--timeout SECONDS] [--repeat N] [--image PATH [--expected FILE]]')
+
+
+class Refusal(Exception):
+	"""Bad input or setup: a clear message, exit 2, nothing lost."""
+
+
+def bounded(low: int, high: int):
+	def parse(text: str) -> int:
+		if not re.fullmatch(r'[0-9]+', text) or not low <= int(text) <= high:
+			raise argparse.ArgumentTypeError(f'wants a whole number from {low} to {high}, got {text!r}')
+		return int(text)
+	return parse
+
+
+def shard(text: str) -> Tuple[int, int]:
+	match = re.fullmatch(r'([0-9]{1,4})/([0-9]{1,4})', text)
+	if not match or not 1 <= int(match.group(1)) <= int(match.group(2)):
+		raise argparse.ArgumentTypeError(f'wants I/N with 1 <= I <= N <= 9999, got {text!r}')
+	return int(match.group(1)), int(match.group(2))
+
+
+def parse_args(argv: List[str]) -> argparse.Namespace:
+	parser = argparse.ArgumentParser(prog='harness/run', usage=USAGE,
+					 description='Boot one QEMU guest per scenario of harness/scenarios.')
+	parser.add_argument('-j', dest='jobs', type=bounded(1, 64), default=os.cpu_count() or 1,
+			    help='guests at once (default: the number of CPUs)')
+	boots = parser.add_mutually_exclusive_group()
+	boots.add_argument('--cold', dest='boot', action='store_const', const='cold', default='auto',
+			   help='boot every guest from scratch')
+	boots.add_argument('--snapshot', dest='boot', action='store_const', const='snapshot',
+			   help='restore every guest from its variant\'s snapshot')
+	parser.add_argument('--list', action='store_true', help='list the scenarios, run none')
+	parser.add_argument('--matrix', type=bounded(1, 256), metavar='N',
+			    help='print a GitHub Actions strategy.matrix of N shards')
+	parser.add_argument('--filter', default='*', metavar='GLOBS',
+			    help='run the scenarios matching one of these space-separated globs')
+	parser.add_argument('--shard', type=shard, default=(1, 1), metavar='I/N',
+			    help='every Nth scenario from the Ith')
+	parser.add_argument('--timeout', type=bounded(1, 3600), default=60, metavar='SECONDS')
+	parser.add_argument('--repeat', type=bounded(1, 1000), default=1, metavar='N',
+			    help='boot every scenario N times; runs that disagree are FLAKY')
+	parser.add_argument('--image', type=pathlib.Path, metavar='PATH',
+			    help='run the "all" and "any" rows on this disk image')
+	parser.add_argument('--expected', type=pathlib.Path, metavar='FILE',
+			    help='the golden table of --image ("number start size" lines)')
+	opts = parser.parse_args(argv)
+	if opts.expected and not opts.image:
+		parser.error('--expected goes with --image')
+	opts.variants = os.environ.get('VARIANTS', '').split() or plan.default_variants()
+	opts.own_name = own_image_name(opts.image) if opts.image else None
+	return opts
+
+
+# --- the plan -----------------------------------------------------------------
+
+def compile_plan(opts: argparse.Namespace) -> List[Scenario]:
+	"""The validated table, expanded, filtered and sharded."""
+	if not TABLE.is_file():
+		raise Refusal(f'no scenario table at {TABLE}')
+	known = plan.known_names()
+	errors = plan.check(TABLE, known) + plan.variant_errors(opts.variants, known)
+	if errors:
+		raise Refusal('\n'.join(errors) + '\nthe scenario table or VARIANTS has errors (above)')
+	globs = opts.filter.split()
+	chosen = [s for s in plan.scenarios(TABLE, opts.variants, opts.own_name)
+		  if any(fnmatch.fnmatchcase(s.name, g) for g in globs)]
+	index, count = opts.shard
+	return chosen[index - 1::count]
+
+
+# --- bring your own disk ------------------------------------------------------
+
+def own_image_name(path: pathlib.Path) -> str:
+	stem = path.name[:-len('.img')] if path.name.endswith('.img') else path.name
+	return 'byo-' + re.sub(r'[^A-Za-z0-9._-]', '_', stem)
+
+
+def max_image_mib() -> int:
+	match = re.search(r'^#define RACEBLK_MAX_IMAGE_MIB\s+(\d+)', (TOP / 'driver/raceblk.c').read_text(), re.M)
+	return int(match.group(1))
+
+
+def sha256_of(path: pathlib.Path) -> str:
+	digest = hashlib.sha256()
+	with open(path, 'rb') as f:
+		for block in iter(lambda: f.read(1 << 20), b''):
+			digest.update(block)
+	return digest.hexdigest()
+
+
+def check_own_image(opts: argparse.Namespace) -> None:
+	image = opts.image
+	if not image.is_file() or not os.access(image, os.R_OK):
+		raise Refusal(f'--image {image}: not a readable file')
+	size, limit = image.stat().st_size, max_image_mib()
+	if size > limit << 20:
+		raise Refusal(f'--image {image}: {size} bytes; the ram backend holds at most {limit} MiB '
+			      '(RACEBLK_MAX_IMAGE_MIB in driver/raceblk.c)')
+	if size == 0 or size % 512:
+		raise Refusal(f'--image {image}: {size} bytes is not a whole number of 512-byte sectors')
+	if opts.expected and not os.access(opts.expected, os.R_OK):
+		raise Refusal(f'--expected {opts.expected}: cannot read')
+
+
+def derive_expected(name: str, link: pathlib.Path, out: pathlib.Path, shown: pathlib.Path) -> None:
+	"""The golden table as parted reads the image (through LINK, a path
+	parted's ':'-separated output cannot be confused by), with parted's
+	notes as comments."""
+	done = subprocess.run([TOP / 'images/parted-table', link], capture_output=True, text=True, check=False)
+	if done.returncode != 0:
+		first = next((l for l in done.stderr.splitlines() if l.strip()), 'no output')
+		raise Refusal(f'--image {shown}: parted cannot read it ({first.removeprefix("parted-table: ")}); '
+			      'give its partition table with --expected FILE')
+	notes = [re.sub(r'^note: ', '', l) for l in done.stderr.splitlines() if l.strip()]
+	text = [f'# {name}: derived from parted -m -s IMAGE unit s print'] + [f'# {n}' for n in notes]
+	out.write_text('\n'.join(text + done.stdout.splitlines()) + '\n')
+	print(f'harness: {name}: no --expected, the golden table is parted\'s reading of {shown}:')
+	print('\n'.join('    ' + l for l in out.read_text().splitlines()))
+	if notes:
+		print('harness: the notes (#) are information, not failures; a scenario whose kernel '
+		      'shows another table fails and says where')
+
+
+def prepare_own_image(opts: argparse.Namespace) -> str:
+	"""Its golden table, checksums and archive under build/byo/; its sha256."""
+	check_own_image(opts)
+	name = opts.own_name
+	work = BUILD / 'byo' / name
+	shutil.rmtree(work, ignore_errors=True)
+	work.mkdir(parents=True)
+	digest = sha256_of(opts.image)
+	link = work / f'{name}.img'
+	link.symlink_to(opts.image.resolve())
+	expected = work / f'{name}.expected'
+	if opts.expected:
+		shutil.copyfile(opts.expected, expected)
+		print(f'harness: {name}: golden table from {opts.expected}')
+	else:
+		derive_expected(name, link, expected, opts.image)
+	with open(work / f'{name}.img.sums', 'w') as sums:
+		done = subprocess.run([TOP / 'images/sums', link, expected], stdout=sums,
+				      stderr=subprocess.PIPE, text=True, check=False)
+	if done.returncode != 0:
+		raise Refusal(f'cannot use the golden table of {opts.image}: {done.stderr.strip()}')
+	image_archive(name).parent.mkdir(parents=True, exist_ok=True)
+	subprocess.run([HARNESS / 'mkinitramfs', '--image', image_archive(name), link, expected], check=True)
+	return digest
+
+
+# --- what a guest boots ---------------------------------------------------------
+
+def kernel_of(variant: str) -> pathlib.Path:
+	return BUILD / 'kernel' / variant / 'obj/arch/x86/boot/bzImage'
+
+
+def initramfs_of(variant: str) -> pathlib.Path:
+	return BUILD / 'initramfs' / f'{variant}.cpio'
+
+
+def image_archive(image: str) -> pathlib.Path:
+	return BUILD / 'initramfs/images' / f'{image}.cpio.gz'
+
+
+def check_built(scenarios: List[Scenario], variants: List[str]) -> None:
+	"""The kernels, archives and images the scenarios boot, with archives
+	no older than the guest scripts they carry."""
+	make = f'make initramfs VARIANTS="{" ".join(variants)}"'
+	guest_files = list((HARNESS / 'guest').iterdir())
+	for variant in sorted({s.variant for s in scenarios}):
+		if not kernel_of(variant).is_file() or not initramfs_of(variant).is_file():
+			raise Refusal(f"no kernel or initramfs for '{variant}' under build/: run '{make}'")
+		built = initramfs_of(variant).stat().st_mtime
+		newer = [f for f in guest_files if f.stat().st_mtime > built]
+		if newer:
+			raise Refusal(f'{newer[0].relative_to(TOP)} is newer than the initramfs of '
+				      f"'{variant}': run '{make}'")
+	for image in sorted({s.image for s in scenarios}):
+		if not image_archive(image).is_file():
+			raise Refusal(f"no archive of image '{image}' under build/: run 'make initramfs'")
+	if not shutil.which(guestvm.QEMU):
+		raise Refusal(f'{guestvm.QEMU} not found: apt-get install qemu-system-x86')
+
+
+def write_initrd(variant: str, image: str, out: pathlib.Path) -> None:
+	"""The variant's archive, then the image's: the kernel unpacks both."""
+	with open(out, 'wb') as f:
+		for part in (initramfs_of(variant), image_archive(image)):
+			f.write(part.read_bytes())
+
+
+# --- accelerator and snapshots ----------------------------------------------------
+
+class Runner:
+	"""One run: its options, accelerator, snapshots and results."""
+
+	def __init__(self, opts: argparse.Namespace, scenarios: List[Scenario], sockdir: str):
+		self.opts, self.scenarios, self.sockdir = opts, scenarios, sockdir
+		self.accel = 'tcg'
+		self.snapshots: Dict[str, pathlib.Path] = {}
+		self.print_lock = threading.Lock()
+
+	def machine(self, variant: str, accel: Optional[str] = None) -> guestvm.Machine:
+		return guestvm.Machine(accel or self.accel, variant, kernel_of(variant))
+
+	def message(self, scenario: Scenario, archive: bytes = b'') -> bytes:
+		return guestvm.scenario_message(scenario.variant, scenario.id, scenario.image,
+						scenario.params, scenario.steps, archive)
+
+	def choose_accel(self) -> None:
+		"""KVM only when a probe boot of our kernel answers (on some hosts
+		/dev/kvm opens but cannot run this guest); else TCG.  Cached in
+		build/accel."""
+		cache = BUILD / 'accel'
+		if not cache.is_file():
+			answer = 'tcg'
+			if os.access('/dev/kvm', os.W_OK):
+				answer = 'kvm' if self.probe_kvm() else 'tcg'
+			if answer == 'tcg':
+				print('harness: KVM cannot run this guest here (probe: build/accel-probe/); using TCG',
+				      file=sys.stderr)
+			cache.write_text(answer + '\n')
+		self.accel = cache.read_text().strip()
+
+	def probe_kvm(self) -> bool:
+		probe = BUILD / 'accel-probe'
+		shutil.rmtree(probe, ignore_errors=True)
+		probe.mkdir(parents=True)
+		variant = self.opts.variants[0]
+		write_initrd(variant, plan.DEFAULT_IMAGE, probe / 'initrd')
+		message = guestvm.scenario_message(variant, 'probe', plan.DEFAULT_IMAGE, (), ())
+		try:
+			guestvm.run_scenario(self.machine(variant, 'kvm'), probe, self.sockdir, probe / 'initrd',
+					     message, 20)
+		except guestvm.Fault:
+			return False
+		return (probe / 'ktap').read_bytes().startswith(b'KTAP version 1')
+
+	def save_snapshot(self, variant: str) -> Optional[str]:
+		"""Save VARIANT's snapshot unless the saved one is current; None
+		when it is usable, else why not."""
+		snapdir = BUILD / 'snapshots' / variant
+		machine = self.machine(variant)
+		parts = [initramfs_of(variant), image_archive(plan.DEFAULT_IMAGE)]
+		key = machine.key(parts)
+		vm = snapdir / 'vm'
+		if (snapdir / 'key').is_file() and (snapdir / 'key').read_text().strip() == key and vm.is_file():
+			self.snapshots[variant] = vm
+			return None
+		shutil.rmtree(snapdir, ignore_errors=True)
+		snapdir.mkdir(parents=True)
+		write_initrd(variant, plan.DEFAULT_IMAGE, snapdir / 'vm.initrd')
+		try:
+			guestvm.save_snapshot(machine, snapdir, self.sockdir, snapdir / 'vm.initrd', vm,
+					      2 * self.opts.timeout)
+		except guestvm.Fault as fault:
+			return str(fault)
+		(snapdir / 'key').write_text(key + '\n')
+		self.snapshots[variant] = vm
+		return None
+
+	def choose_boots(self) -> str:
+		"""Per variant, snapshot restores or cold boots; saves the
+		snapshots wanted, in parallel."""
+		counts: Dict[str, int] = {}
+		for scenario in self.scenarios:
+			counts[scenario.variant] = counts.get(scenario.variant, 0) + 1
+		wanted = [v for v, n in counts.items()
+			  if self.opts.boot == 'snapshot' or (self.opts.boot == 'auto' and n >= SNAPSHOT_MIN)]
+		with concurrent.futures.ThreadPoolExecutor(max(1, min(len(wanted), self.opts.jobs))) as pool:
+			for variant, why in zip(wanted, pool.map(self.save_snapshot, wanted)):
+				if why:
+					print(f'harness: cannot save a snapshot of {variant}; cold boots instead. {why}',
+					      file=sys.stderr)
+		kinds = {v in self.snapshots for v in counts}
+		return {frozenset([True]): 'snapshots', frozenset([False]): 'cold boots'}.get(
+			frozenset(kinds), 'snapshots and cold boots')
+
+	# --- one guest --------------------------------------------------------------
+
+	def run_dir(self, scenario: Scenario, k: int) -> pathlib.Path:
+		base = RESULTS / scenario.name
+		return base if self.opts.repeat == 1 else base / f'run-{k}'
+
+	def boot(self, scenario: Scenario, workdir: pathlib.Path) -> str:
+		snapshot = self.snapshots.get(scenario.variant)
+		if snapshot is None:
+			initrd = workdir / 'initrd'
+			write_initrd(scenario.variant, scenario.image, initrd)
+			try:
+				return guestvm.run_scenario(self.machine(scenario.variant), workdir, self.sockdir,
+							    initrd, self.message(scenario), self.opts.timeout)
+			finally:
+				initrd.unlink(missing_ok=True)
+		archive = b'' if scenario.image == plan.DEFAULT_IMAGE else image_archive(scenario.image).read_bytes()
+		return guestvm.run_scenario(self.machine(scenario.variant), workdir, self.sockdir,
+					    snapshot.with_suffix('.initrd'), self.message(scenario, archive),
+					    self.opts.timeout, snapshot=snapshot)
+
+	def run_once(self, scenario: Scenario, k: int) -> Dict:
+		"""Boot run K of SCENARIO and judge it: a run record."""
+		workdir = self.run_dir(scenario, k)
+		shutil.rmtree(workdir, ignore_errors=True)
+		workdir.mkdir(parents=True)
+		start = time.monotonic()
+		try:
+			outcome = self.boot(scenario, workdir)
+		except guestvm.Fault as fault:
+			outcome = f'fault: {fault}'
+		seconds = time.monotonic() - start
+		# The guest's tty turns every newline into CR LF.
+		texts = {}
+		for name in ('ktap', 'console.log'):
+			path = workdir / name
+			texts[name] = path.read_bytes().decode(errors='replace').replace('\r\n', '\n') if path.exists() else ''
+			path.write_text(texts[name])
+		ktap = verdict.parse_ktap(texts['ktap'], list(scenario.steps))
+		if guestvm.stopping():
+			judged = verdict.Verdict('SKIP', 'interrupted')
+		else:
+			judged = verdict.judge(scenario, ktap, texts['console.log'], outcome, self.opts.timeout)
+		run = {'run': k, 'verdict': judged.verdict, 'reason': judged.reason, 'proof': judged.proof,
+		       'directive': judged.directive, 'seconds': round(seconds, 3),
+		       'logs': str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
+		       'results': [step.__dict__ for step in ktap.steps],
+		       'crash': verdict.crash_lines(texts['console.log']),
+		       'ktap': texts['ktap'], 'console': texts['console.log']}
+		self.print_run(scenario, run)
+		return run
+
+	def print_run(self, scenario: Scenario, run: Dict) -> None:
+		name = scenario.name + ('' if self.opts.repeat == 1 else f' #{run["run"]}')
+		proof = f'  {run["proof"].removeprefix("expected: ")}' if run['proof'] else ''
+		with self.print_lock:
+			print(f'{run["verdict"]:<5} {name:<45} {run["seconds"]:5.1f}s{proof}', flush=True)
+
+
+def aggregate(scenario: Scenario, runs: List[Dict], repeat: int) -> Dict:
+	"""One record for every run of a scenario: with --repeat, it passes
+	only if every run passed; runs that disagree are FLAKY."""
+	first_bad = next((r for r in runs if r['verdict'] not in ('PASS', 'SKIP')), None)
+	shown = first_bad or runs[0]
+	record = {'name': scenario.name, 'variant': scenario.variant, 'id': scenario.id,
+		  'image': scenario.image, 'line': scenario.line, 'params': list(scenario.params),
+		  'steps': list(scenario.steps), 'console_expected': scenario.console}
+	record.update({k: shown[k] for k in ('verdict', 'reason', 'proof', 'directive', 'logs',
+					     'results', 'crash', 'ktap')})
+	record['seconds'] = round(sum(r['seconds'] for r in runs), 3)
+	record['console_excerpt'] = verdict.crash_excerpt(shown['console']) if first_bad else ''
+	if not first_bad and shown['verdict'] != 'PASS':
+		record['console_excerpt'] = ''
+	if first_bad and not record['console_excerpt']:
+		record['console_excerpt'] = '\n'.join(shown['console'].splitlines()[-20:])
+	if repeat > 1:
+		passed = sum(r['verdict'] == 'PASS' for r in runs)
+		record['runs'] = [{k: r[k] for k in ('run', 'verdict', 'reason', 'seconds', 'logs')} for r in runs]
+		if first_bad is None:
+			record['proof'] = f'{passed}/{repeat} {record["proof"]}'.strip()
+		else:
+			flaky = 'FLAKY: ' if passed else ''
+			record['reason'] = (f'{flaky}{passed}/{repeat} runs passed; run {first_bad["run"]}: '
+					    f'{first_bad["reason"]}')
+	return record
+
+
+def symbolise(record: Dict) -> None:
+	"""The crash excerpt through scripts/decode_stacktrace.sh with the
+	variant's vmlinux and module, where that works."""
+	if not record['crash'] or not record['console_excerpt']:
+		return
+	variant = record['variant']
+	src = BUILD / 'kernel' / variant / 'src'
+	vmlinux = BUILD / 'kernel' / variant / 'obj/vmlinux'
+	script = src / 'scripts/decode_stacktrace.sh'
+	if not script.is_file() or not vmlinux.is_file():
+		return
+	try:
+		done = subprocess.run([script, vmlinux, src, BUILD / 'driver' / variant], input=record['console_excerpt'],
+				      capture_output=True, text=True, timeout=60, check=False)
+	except subprocess.TimeoutExpired:
+		return
+	if done.returncode == 0 and done.stdout.strip():
+		record['console_excerpt'] = done.stdout.rstrip('\n')
+
+
+def report_failure(record: Dict, own_image: bool, own_expected: bool) -> None:
+	print(f'--- {record["name"]}: {record["reason"]}')
+	for step in record['results']:
+		if step['ok'] is False:
+			for line in step['diagnostics']:
+				print(f'    # {line}')
+			print(f'    not ok {step["number"]} {step["name"]}')
+	if own_image and not own_expected and any(s['ok'] is False and s['name'] == 'partitions'
+						   for s in record['results']):
+		print('    note: the golden table is parted\'s reading: here the kernel and parted disagree.')
+		print('    If the kernel is right for this disk, give its table with --expected.')
+	if record['console_excerpt']:
+		print('    console (crash):' if record['crash'] else '    console (last lines):')
+		for line in record['console_excerpt'].splitlines()[:30]:
+			print(f'      {line}')
+	print(f'    logs: {record["logs"]}/')
+
+
+def write_reports(run: Dict) -> None:
+	RESULTS.mkdir(parents=True, exist_ok=True)
+	for record in run['scenarios']:
+		record.pop('console', None)
+	reports.write_json(RESULTS / 'results.json', run)
+	(RESULTS / 'results.ktap').write_text(reports.ktap(run['scenarios']))
+	(RESULTS / 'junit.xml').write_bytes(reports.junit(run))
+
+
+# --- the run ----------------------------------------------------------------------
+
+class Lock:
+	"""One run at a time in a build/: they would share snapshots and results."""
+
+	def __init__(self):
+		BUILD.mkdir(parents=True, exist_ok=True)
+		self.file = open(BUILD / '.harness.lock', 'a+')
+		try:
+			fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+		except BlockingIOError:
+			self.file.seek(0)
+			holder = self.file.read().strip() or 'another process'
+			raise Refusal(f'another harness run ({holder}) is using {BUILD}; wait for it to end') from None
+		self.file.truncate(0)
+		self.file.write(f'pid {os.getpid()}\n')
+		self.file.flush()
+
+
+def run_all(runner: Runner, opts: argparse.Namespace) -> Tuple[List[Dict], Optional[int]]:
+	"""Every scenario on a pool of -j guests.  SIGINT or SIGTERM kills every
+	guest's process group; the records so far come back with the signal."""
+	caught: List[int] = []
+
+	def on_signal(signum, _frame):
+		if not caught:
+			print(f'\nharness: {signal.Signals(signum).name}: killing every guest', file=sys.stderr, flush=True)
+		caught.append(signum)
+		guestvm.kill_all()
+
+	old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+	runs: Dict[int, List[Dict]] = {}
+	try:
+		with concurrent.futures.ThreadPoolExecutor(opts.jobs) as pool:
+			futures = {}
+			for index, scenario in enumerate(runner.scenarios):
+				if opts.repeat > 1:
+					shutil.rmtree(RESULTS / scenario.name, ignore_errors=True)
+				for k in range(1, opts.repeat + 1):
+					futures[pool.submit(runner.run_once, scenario, k)] = index
+			pending = set(futures)
+			while pending:
+				_, pending = concurrent.futures.wait(pending, timeout=0.5)
+				if caught:
+					pool.shutdown(wait=True, cancel_futures=True)
+					break
+			for future, index in futures.items():
+				if future.done() and not future.cancelled():
+					runs.setdefault(index, []).append(future.result())
+	finally:
+		for signum, handler in old.items():
+			signal.signal(signum, handler)
+	records = []
+	for index, scenario in enumerate(runner.scenarios):
+		done = sorted(runs.get(index, []), key=lambda r: r['run'])
+		if len(done) == opts.repeat:
+			records.append(aggregate(scenario, done, opts.repeat))
+	return records, (caught[0] if caught else None)
+
+
+def main(argv: List[str]) -> int:
+	opts = parse_args(argv)
+	scenarios = compile_plan(opts)
+	names = [s.name for s in scenarios]
+	if opts.matrix:
+		text = reports.json.dumps(reports.matrix(names, opts.matrix, opts.variants, opts.filter.split()))
+		RESULTS.mkdir(parents=True, exist_ok=True)
+		(RESULTS / 'matrix.json').write_text(text + '\n')
+		print(text)
+		return 0
+	if opts.list:
+		print('\n'.join(names))
+		return 0
+	if not scenarios:
+		raise Refusal(f"no scenario matches '{opts.filter}' for variants: {' '.join(opts.variants)}")
+	lock = Lock()
+	digest = prepare_own_image(opts) if opts.image else None
+	check_built(scenarios, opts.variants)
+	RESULTS.mkdir(parents=True, exist_ok=True)
+	started = time.time()
+	with tempfile.TemporaryDirectory(prefix='raceblk-') as sockdir:
+		runner = Runner(opts, scenarios, sockdir)
+		runner.choose_accel()
+		boots = runner.choose_boots()
+		runs = '' if opts.repeat == 1 else f' x {opts.repeat} runs'
+		print(f'harness: {len(scenarios)} scenarios{runs}, variants: {" ".join(opts.variants)}, '
+		      f'{runner.accel}, {boots}, -j {opts.jobs}', flush=True)
+		records, signum = run_all(runner, opts)
+	for record in records:
+		if record['verdict'] in ('FAIL', 'ERROR'):
+			symbolise(record)
+	run = {'version': 1, 'started': started, 'seconds': round(time.time() - started, 3),
+	       'variants': opts.variants, 'accel': runner.accel, 'boots': boots, 'jobs': opts.jobs,
+	       'timeout_s': opts.timeout, 'repeat': opts.repeat, 'filter': opts.filter,
+	       'interrupted': signal.Signals(signum).name if signum else None,
+	       'planned': len(scenarios), 'scenarios': records}
+	write_reports(run)
+	(RESULTS / 'matrix.json').write_text(reports.json.dumps(
+		reports.matrix(names, 4, opts.variants, opts.filter.split())) + '\n')
+	for record in records:
+		if record['verdict'] in ('FAIL', 'ERROR'):
+			report_failure(record, bool(opts.image), bool(opts.expected))
+	print('results: build/results/ (results.json, results.ktap, junit.xml, matrix.json, '
+	      'per scenario console.log and ktap)')
+	count = reports.totals(records)
+	failed = count['failed'] + count['errors']
+	if digest is not None:
+		if sha256_of(opts.image) == digest:
+			print(f'harness: {opts.image} unchanged (sha256 {digest})')
+		else:
+			print(f'harness: {opts.image} CHANGED during the run', file=sys.stderr)
+			failed += 1
+	skipped = count['skipped']
+	if signum:
+		skipped += len(scenarios) - len(records)
+		print(f'harness: interrupted by {signal.Signals(signum).name}: {len(records)} of '
+		      f'{len(scenarios)} scenarios finished; the rest count as skipped')
+	del lock
+	print(f'{count["passed"]} passed, {failed} failed, {skipped} skipped', flush=True)
+	if signum:
+		return 128 + signum
+	return 1 if failed else 0
+
+
+def entry(argv: List[str]) -> int:
+	try:
+		return main(argv)
+	except Refusal as refusal:
+		print(f'harness: {refusal}', file=sys.stderr)
+		return 2

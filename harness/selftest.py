@@ -1,0 +1,440 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-2.0
+"""The runner's own tests, as the kernel's kunit_tool_test.py: no kernel
+and no VM.  harness/run runs against harness/selftest/fake-qemu (a stand-in
+QEMU that plays a well-behaved or a broken guest) in a build directory
+whose path holds a space, a quote and a colon.  Each test is named after
+the fault it guards against; each must end with a clear message and a
+report a CI tool can read.
+
+usage: harness/selftest.py [-v] [TEST...]
+Last line: "N passed, N failed, N skipped".
+"""
+
+import fcntl
+import json
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import xml.etree.ElementTree as ET
+
+HARNESS = pathlib.Path(__file__).resolve().parent
+TOP = HARNESS.parent
+sys.path.insert(0, str(HARNESS))
+import plan  # noqa: E402
+import reports  # noqa: E402
+import verdict  # noqa: E402
+
+FAKE_QEMU = HARNESS / 'selftest/fake-qemu'
+XSD = HARNESS / 'selftest/junit-10.xsd'
+SUMMARY_RE = re.compile(r'^(\d+) passed, (\d+) failed, (\d+) skipped$')
+
+
+def kunit_tool() -> pathlib.Path:
+	"""The kernel's own KTAP parser (make check extracts it; $KUNIT_TOOL)."""
+	return pathlib.Path(os.environ.get('KUNIT_TOOL', TOP / 'build/tools/kunit'))
+
+
+class FakeBuild:
+	"""A build/ with stand-in kernels and archives, and a fake QEMU on PATH."""
+
+	def __init__(self, variants=('vanilla',)):
+		self.root = pathlib.Path(tempfile.mkdtemp(prefix="raceblk selftest 'q:x' "))
+		self.build = self.root / 'build'
+		self.variants = variants
+		for variant in variants:
+			self.touch(f'kernel/{variant}/obj/arch/x86/boot/bzImage')
+			self.touch(f'initramfs/{variant}.cpio')
+		for image in plan.all_images():
+			self.touch(f'initramfs/images/{image}.cpio.gz')
+		(self.build / 'accel').write_text('tcg\n')
+		# Not under root: PATH cannot hold a ':'.
+		self.bin = pathlib.Path(tempfile.mkdtemp(prefix='raceblk-selftest-bin-'))
+		(self.bin / 'qemu-system-x86_64').symlink_to(FAKE_QEMU)
+
+	def touch(self, name: str) -> None:
+		path = self.build / name
+		path.parent.mkdir(parents=True, exist_ok=True)
+		path.write_bytes(b'fake\n')
+
+	def env(self, mode: str) -> dict:
+		return {**os.environ, 'RACEBLK_BUILD': str(self.build), 'FAKE_QEMU': mode,
+			'VARIANTS': ' '.join(self.variants), 'PATH': f'{self.bin}:{os.environ["PATH"]}'}
+
+	def run(self, mode: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+		return subprocess.run([str(HARNESS / 'run'), *args], env=self.env(mode), capture_output=True,
+				      text=True, timeout=timeout, check=False)
+
+	def start(self, mode: str, *args: str) -> subprocess.Popen:
+		return subprocess.Popen([str(HARNESS / 'run'), *args], env=self.env(mode), text=True,
+					stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+	def results(self) -> dict:
+		return json.loads((self.build / 'results/results.json').read_text())
+
+	def guests_left(self) -> list:
+		"""Fake QEMUs of this build still running."""
+		left = []
+		for proc in pathlib.Path('/proc').glob('[0-9]*'):
+			try:
+				if str(self.bin).encode() in (proc / 'cmdline').read_bytes():
+					left.append(proc.name)
+			except OSError:
+				pass
+		return left
+
+	def close(self) -> None:
+		shutil.rmtree(self.root, ignore_errors=True)
+		shutil.rmtree(self.bin, ignore_errors=True)
+
+
+class Case(unittest.TestCase):
+	maxDiff = None
+
+	def setUp(self):
+		self.fake = FakeBuild()
+
+	def tearDown(self):
+		self.fake.close()
+
+	def assertSummary(self, done, passed, failed, skipped):
+		"""The run ended with its summary line, with these counts."""
+		last = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ''
+		self.assertRegex(last, SUMMARY_RE, f'no summary line; stderr: {done.stderr}')
+		self.assertEqual(SUMMARY_RE.match(last).groups(), (str(passed), str(failed), str(skipped)),
+				 done.stdout)
+
+	def assertReportsReadable(self):
+		"""results.json loads, junit.xml validates against the Jenkins/Ant
+		schema, results.ktap parses with the kernel's kunit_parser."""
+		results = self.fake.results()
+		junit = self.fake.build / 'results/junit.xml'
+		ET.parse(junit)
+		check = subprocess.run(['xmllint', '--noout', '--schema', str(XSD), str(junit)],
+				       capture_output=True, text=True, check=False)
+		self.assertEqual(check.returncode, 0, check.stderr)
+		self.assertKunitParses()
+		return results
+
+
+	def assertKunitParses(self):
+		"""results.ktap parses with the kernel's kunit_parser (skipped,
+		and so reported, without it)."""
+		tool = kunit_tool()
+		if not (tool / 'kunit_parser.py').is_file():
+			self.skipTest(f'no kunit_parser.py in {tool} (make check extracts it)')
+		parse = subprocess.run([sys.executable, '-c', 'import sys, kunit_parser; '
+					'kunit_parser.parse_run_tests(open(sys.argv[1]).readlines())',
+					str(self.fake.build / 'results/results.ktap')],
+				       cwd=tool, capture_output=True, text=True, check=False)
+		self.assertEqual(parse.returncode, 0, parse.stderr)
+
+
+class Faults(Case):
+	"""QEMU and the host going wrong."""
+
+	def test_snapshot_qemu_exits_during_save(self):
+		start = time.monotonic()
+		done = self.fake.run('die-at-save', '--snapshot', '--filter', 'vanilla/before_add_disk/*')
+		self.assertLess(time.monotonic() - start, 30)
+		self.assertIn('cannot save a snapshot of vanilla; cold boots instead', done.stderr)
+		self.assertSummary(done, 1, 0, 0)
+
+	def test_snapshot_saved_and_restored(self):
+		done = self.fake.run('pass', '--snapshot', '--filter', 'vanilla/bad_*/*')
+		self.assertIn('snapshots', done.stdout)
+		self.assertTrue((self.fake.build / 'snapshots/vanilla/vm').is_file())
+		self.assertSummary(done, 6, 0, 0)
+
+	def test_qemu_fails_to_start(self):
+		done = self.fake.run('fail-start', '--filter', 'vanilla/before_add_disk/*')
+		self.assertEqual(done.returncode, 1)
+		self.assertSummary(done, 0, 1, 0)
+		self.assertIn('fake failure to start', done.stdout)
+		record = self.assertReportsReadable()['scenarios'][0]
+		self.assertEqual(record['verdict'], 'ERROR')
+		junit = ET.parse(self.fake.build / 'results/junit.xml')
+		self.assertIsNotNone(junit.find('.//testcase/error'))
+
+	def test_hung_guest_killed_at_timeout(self):
+		start = time.monotonic()
+		done = self.fake.run('hang', '--timeout', '2', '--filter', 'vanilla/before_add_disk/*')
+		self.assertLess(time.monotonic() - start, 20)
+		self.assertSummary(done, 0, 1, 0)
+		self.assertIn('guest killed at the 2s timeout', done.stdout)
+		self.assertReportsReadable()
+		self.assertIn('# TIMEOUT', (self.fake.build / 'results/results.ktap').read_text())
+		self.assertEqual(self.fake.guests_left(), [])
+
+	def interrupt(self, signum, status):
+		run = self.fake.start('hang', '--cold', '-j', '1', '--filter', 'vanilla/bad_*/*')
+		deadline = time.monotonic() + 20
+		while not list((self.fake.build / 'results').glob('vanilla/*/*/console.log')):
+			self.assertLess(time.monotonic(), deadline, 'no guest started')
+			time.sleep(0.1)
+		run.send_signal(signum)
+		stdout, stderr = run.communicate(timeout=30)
+		done = subprocess.CompletedProcess(run.args, run.returncode, stdout, stderr)
+		self.assertEqual(run.returncode, status, stderr)
+		self.assertIn('killing every guest', stderr)
+		self.assertIn('interrupted by', stdout)
+		self.assertSummary(done, 0, 0, 6)
+		self.assertReportsReadable()
+		self.assertEqual(self.fake.guests_left(), [])
+
+	def test_sigint_mid_run(self):
+		self.interrupt(signal.SIGINT, 130)
+
+	def test_sigterm_mid_run(self):
+		self.interrupt(signal.SIGTERM, 143)
+
+	def test_second_run_refused_while_one_holds_build(self):
+		self.fake.build.mkdir(parents=True, exist_ok=True)
+		with open(self.fake.build / '.harness.lock', 'w') as lock:
+			lock.write('pid 1\n')
+			lock.flush()
+			fcntl.flock(lock, fcntl.LOCK_EX)
+			done = self.fake.run('pass', '--filter', 'vanilla/before_add_disk/*')
+		self.assertEqual(done.returncode, 2)
+		self.assertIn('another harness run (pid 1)', done.stderr)
+
+	def test_guest_scripts_newer_than_initramfs(self):
+		os.utime(self.fake.build / 'initramfs/vanilla.cpio', (0, 0))
+		done = self.fake.run('pass', '--filter', 'vanilla/before_add_disk/*')
+		self.assertEqual(done.returncode, 2)
+		self.assertIn("is newer than the initramfs of 'vanilla': run 'make initramfs", done.stderr)
+
+
+class Reports(Case):
+	"""What CI tools read."""
+
+	def test_control_characters_in_output(self):
+		done = self.fake.run('control', '--filter', 'vanilla/before_add_disk/*')
+		self.assertSummary(done, 1, 0, 0)
+		self.assertReportsReadable()
+		self.assertIn('^A^B^[', (self.fake.build / 'results/junit.xml').read_text())
+
+	def test_failure_has_a_body_with_the_crash(self):
+		done = self.fake.run('crash', '--filter', 'vanilla/before_add_disk/*')
+		self.assertSummary(done, 0, 1, 0)
+		self.assertReportsReadable()
+		failure = ET.parse(self.fake.build / 'results/junit.xml').find('.//testcase/failure')
+		self.assertIn('console: BUG: unable to handle page fault', failure.get('message'))
+		self.assertIn('BUG: unable to handle page fault', failure.text)
+		self.assertIn('ok 1 load=ENODEV', failure.text)
+
+	def test_totals_with_space_and_quote_in_path(self):
+		self.assertIn(' ', str(self.fake.build))
+		done = self.fake.run('pass', '--filter', 'vanilla/bad_*/* vanilla/before_add_disk/*')
+		self.assertSummary(done, 7, 0, 0)
+		suite = ET.parse(self.fake.build / 'results/junit.xml').find('testsuite')
+		self.assertEqual((suite.get('tests'), suite.get('failures'), suite.get('errors')), ('7', '0', '0'))
+		self.assertReportsReadable()
+
+	def test_cut_off_guest(self):
+		done = self.fake.run('cut-off', '--filter', 'vanilla/before_add_disk/*')
+		self.assertSummary(done, 0, 1, 0)
+		self.assertIn('guest reported 1 of 4 results', done.stdout)
+		self.assertReportsReadable()
+		ktap = (self.fake.build / 'results/results.ktap').read_text()
+		self.assertIn('  not ok 2 not_scanned # ERROR not reported', ktap)
+		self.assertRegex(ktap, r'\nnot ok 1 vanilla/before_add_disk/mbr-primary # ERROR guest reported 1 of 4')
+
+	def test_ktap_nests_by_two_spaces(self):
+		self.fake.run('pass', '--filter', 'vanilla/before_add_disk/*')
+		ktap = (self.fake.build / 'results/results.ktap').read_text().splitlines()
+		self.assertEqual(ktap[:4], ['KTAP version 1', '1..1', '  KTAP version 1',
+					    '  # Subtest: vanilla/before_add_disk/mbr-primary'])
+		self.assertEqual(ktap[-1], 'ok 1 vanilla/before_add_disk/mbr-primary')
+
+	def test_plan_line_must_be_a_number(self):
+		done = self.fake.run('bad-plan', '--filter', 'vanilla/before_add_disk/*')
+		self.assertSummary(done, 0, 1, 0)
+		self.assertIn('bad plan line "1..3x"', done.stdout)
+
+	def test_oops_in_a_file_name_is_no_crash(self):
+		done = self.fake.run('not-kernel', '--filter', 'vanilla/before_add_disk/*')
+		self.assertSummary(done, 1, 0, 0)
+
+	def test_matrix_json(self):
+		done = self.fake.run('pass', '--matrix', '3', '--filter', 'vanilla/*')
+		shards = json.loads(done.stdout)['include']
+		self.assertEqual([s['shard'] for s in shards], ['1/3', '2/3', '3/3'])
+		listed = self.fake.run('pass', '--list', '--filter', 'vanilla/*').stdout.split()
+		self.assertEqual(sum(s['scenarios'] for s in shards), len(listed))
+
+
+class CrashScan(unittest.TestCase):
+	"""Kernel lines that end a scenario, and lines that do not."""
+
+	TITLES = ('kernel BUG at drivers/block/raceblk.c:42!', 'invalid opcode: 0000 [#1] PREEMPT SMP',
+		  'UBSAN: shift-out-of-bounds in drivers/block/raceblk.c:7:3',
+		  'INFO: task modctl:42 blocked for more than 120 seconds.',
+		  'rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:',
+		  'rcu: INFO: rcu_sched self-detected stall on CPU',
+		  'list_add corruption. prev->next should be next (ffff8880), but was 0000.',
+		  'list_del corruption, ffff888003e2c0a8->next is LIST_POISON1',
+		  'refcount_t: underflow; use-after-free.', 'BUG: KASAN: use-after-free in raceblk_open',
+		  'WARNING: CPU: 0 PID: 1 at kernel/module/main.c:843 try_module_get+0x5b/0x6c',
+		  'general protection fault, probably for non-canonical address 0xdead: 0000 [#1]',
+		  'Kernel panic - not syncing: Fatal exception', 'Oops: 0000 [#1] PREEMPT SMP')
+
+	def test_each_title_is_a_crash(self):
+		for title in self.TITLES:
+			with self.subTest(title=title):
+				self.assertEqual(verdict.crash_lines(f'[   12.345678] {title}\n'), [title])
+
+	def test_bug_then_oops_is_one_crash(self):
+		console = ('[    1.0] kernel BUG at mm/slub.c:1!\n[    1.1] invalid opcode: 0000 [#1]\n'
+			   '[    1.2] WARNING: aftermath\n')
+		self.assertEqual(verdict.crash_lines(console), ['kernel BUG at mm/slub.c:1!'])
+
+	def test_only_kernel_lines(self):
+		console = 'harness: image Oops.img\n# BUG: in a diagnostic\n[    1.0] raceblk: loaded\n'
+		self.assertEqual(verdict.crash_lines(console), [])
+
+
+class Input(unittest.TestCase):
+	"""Bad flags, bad tables, bad images: a clear refusal, exit 2."""
+
+	BAD_FLAGS = ((['-j', '9' * 20], 'argument -j: wants a whole number from 1 to 64'),
+		     (['-j', '0'], 'argument -j: wants a whole number from 1 to 64'),
+		     (['--matrix', '9' * 20], 'argument --matrix: wants a whole number from 1 to 256'),
+		     (['--timeout', '0'], 'argument --timeout: wants a whole number from 1 to 3600'),
+		     (['--repeat', 'x'], 'argument --repeat: wants a whole number from 1 to 1000'),
+		     (['--shard', '3/2'], 'argument --shard: wants I/N with 1 <= I <= N'),
+		     (['--shard', '1/' + '9' * 20], 'argument --shard: wants I/N'),
+		     (['--expected', 'x'], '--expected goes with --image'),
+		     (['--cold', '--snapshot'], 'not allowed with argument'),
+		     (['--bogus'], 'unrecognized arguments: --bogus'),
+		     (['--image', '/nonexistent.img'], '--image /nonexistent.img: not a readable file'),
+		     (['--filter', 'nothing/*'], "no scenario matches 'nothing/*'"))
+
+	def test_bad_flags(self):
+		fake = FakeBuild()
+		try:
+			for args, message in self.BAD_FLAGS:
+				with self.subTest(args=args):
+					done = fake.run('pass', *args, timeout=20)
+					self.assertEqual(done.returncode, 2, done.stdout)
+					self.assertIn(message, done.stderr)
+					self.assertNotIn('Traceback', done.stderr)
+		finally:
+			fake.close()
+
+	def test_unknown_variant(self):
+		fake = FakeBuild(variants=('vanila',))
+		try:
+			done = fake.run('pass', '--list')
+			self.assertEqual(done.returncode, 2)
+			self.assertIn('unknown variant "vanila"', done.stderr)
+		finally:
+			fake.close()
+
+	TABLE_ERRORS = (
+		('after_add_disk | vanilla | any | - | load=EIO', '5 columns, a row has 6'),
+		('none | vanila | any | - | - | load=OK', 'unknown variant "vanila"'),
+		('none | vanilla | any | - | - | lod=OK', 'unknown step "lod"'),
+		('none | vanilla | nosuch | - | - | load=OK', 'unknown image "nosuch"'),
+		('none | vanilla | any | - | BUG: ( | load=OK', 'console regex "BUG: ("'),
+		('none | vanilla | any | - | - | load=OK\nnone | all | any | - | - | load=OK',
+		 'none on vanilla again (first at line 1)'))
+
+	def test_table_errors_name_file_and_line(self):
+		with tempfile.TemporaryDirectory() as tmp:
+			table = pathlib.Path(tmp) / 'scenarios'
+			for text, message in self.TABLE_ERRORS:
+				with self.subTest(row=text):
+					table.write_text(text + '\n')
+					errors = plan.check(table, plan.known_names())
+					self.assertTrue(errors, text)
+					self.assertIn(message, errors[0])
+					self.assertRegex(errors[0], rf'^{re.escape(str(table))}:\d+: ')
+
+	def test_readme_example_row_is_valid(self):
+		readme = (TOP / 'README.md').read_text()
+		rows = re.findall(r'^# id +\|.*\n((?:[a-z_]+ +\|.*\n)+)', readme, re.M)
+		self.assertTrue(rows, 'no example row under a "# id |" header in README.md')
+		with tempfile.TemporaryDirectory() as tmp:
+			table = pathlib.Path(tmp) / 'scenarios'
+			table.write_text(rows[0])
+			self.assertEqual(plan.check(table, plan.known_names()), [])
+
+	def test_scenario_table_is_valid(self):
+		self.assertEqual(plan.check(HARNESS / 'scenarios', plan.known_names()), [])
+
+
+@unittest.skipUnless(shutil.which('parted'), 'needs parted (apt-get install parted)')
+class OwnImage(Case):
+	"""--image: the golden table parted gives, whatever the path."""
+
+	def make_image(self, path: pathlib.Path, *commands: str) -> None:
+		path.parent.mkdir(parents=True, exist_ok=True)
+		with open(path, 'wb') as f:
+			f.truncate(4 << 20)
+		subprocess.run(['parted', '-s', str(path), *commands], check=True, capture_output=True)
+
+	def test_path_with_colon(self):
+		image = self.fake.root / 'a:b' / 'disk.img'
+		self.make_image(image, 'mklabel', 'msdos', 'mkpart', 'primary', '2048s', '4095s',
+				'mkpart', 'extended', '4096s', '8191s', 'mkpart', 'logical', '4097s', '6143s')
+		done = self.fake.run('pass', '--image', str(image), '--filter', '*/before_add_disk/*')
+		self.assertSummary(done, 1, 0, 0)
+		expected = (self.fake.build / 'byo/byo-disk/byo-disk.expected').read_text()
+		rows = [line for line in expected.splitlines() if not line.startswith('#')]
+		self.assertEqual(rows, ['1 2048 2048', '2 4096 2', '5 4097 2047'])
+
+	def test_parted_cannot_read_it(self):
+		image = self.fake.root / 'tiny.img'
+		self.make_image(image, 'mklabel', 'gpt')
+		with open(image, 'r+b') as f:
+			f.truncate(1024)
+		done = self.fake.run('pass', '--image', str(image), '--filter', '*/before_add_disk/*')
+		self.assertEqual(done.returncode, 2, done.stdout)
+		self.assertEqual(len(done.stderr.strip().splitlines()), 1, done.stderr)
+		self.assertRegex(done.stderr, r'--image .*tiny.img: parted .*; give its partition table with --expected')
+
+
+class Units(unittest.TestCase):
+	"""Pieces without a run."""
+
+	def test_xml_text_shows_control_characters(self):
+		self.assertEqual(reports.xml_text('a\x01b\x1bc\td\n'), 'a^Ab^[c\td\n')
+
+	def test_parse_ktap_checks_plan_against_steps(self):
+		ktap = verdict.parse_ktap('KTAP version 1\n1..2\nok 1 a\n', ['a', 'b', 'c'])
+		self.assertIn('plan "1..2" for 3 steps sent', ktap.errors)
+		self.assertEqual([s.ok for s in ktap.steps], [True, None, None])
+
+	def test_step_time_is_not_a_diagnostic(self):
+		ktap = verdict.parse_ktap('1..1\n# saw it\n# time: 0.25s\nok 1 a\n', ['a'])
+		self.assertEqual((ktap.steps[0].diagnostics, ktap.steps[0].seconds), (['saw it'], 0.25))
+
+
+class Summary(unittest.TextTestResult):
+	pass
+
+
+def main() -> int:
+	runner = unittest.TextTestRunner(verbosity=2 if '-v' in sys.argv else 1, resultclass=Summary,
+					 stream=sys.stdout)
+	names = [a for a in sys.argv[1:] if not a.startswith('-')]
+	loader = unittest.defaultTestLoader
+	suite = loader.loadTestsFromNames(names, sys.modules[__name__]) if names else \
+		loader.loadTestsFromModule(sys.modules[__name__])
+	result = runner.run(suite)
+	failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
+	skipped = len(result.skipped)
+	print(f'{result.testsRun - failed - skipped} passed, {failed} failed, {skipped} skipped')
+	return 1 if failed else 0
+
+
+if __name__ == '__main__':
+	sys.exit(main())

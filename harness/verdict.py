@@ -1,0 +1,191 @@
+# SPDX-License-Identifier: GPL-2.0
+"""What one guest's run means: its KTAP parsed, its console scanned for
+crashes, and the two turned into a verdict.
+
+A scenario passes when the guest planned its steps, reported each as ok,
+and the kernel printed no crash line; or, for a row that expects a crash
+(its console column), when the first crash line is the expected one.
+"""
+
+import dataclasses
+import re
+from typing import List, Optional
+
+from plan import Scenario
+
+# Crash titles as syzkaller's report parser names them, matched on kernel
+# lines only (a console line with a printk timestamp): a guest's own output
+# or a file name on the console is no crash.
+CRASH_TITLES = (
+	r'BUG:',
+	r'WARNING:',
+	r'KASAN:',
+	r'UBSAN:',
+	r'KCSAN:',
+	r'kernel BUG at',
+	r'general protection fault',
+	r'invalid opcode:',
+	r'Oops:',
+	r'Kernel panic',
+	r'INFO: task .* blocked for more than',
+	r'(rcu: )?INFO: rcu_\w+ (self-)?detected (expedited )?stalls?',
+	r'list_(add|del) corruption',
+	r'refcount_t: ',
+)
+CRASH_RE = re.compile('|'.join(f'(?:{t})' for t in CRASH_TITLES))
+# "Oops: 0000 [#1]" (or "invalid opcode: 0000 [#1]") ends the report a
+# "BUG:" (or "kernel BUG at") line opened; it counts as a crash only alone.
+OOPS_END_RE = re.compile(r'^(Oops|invalid opcode): [0-9a-f]+ \[#\d+\]')
+KERNEL_LINE_RE = re.compile(r'^\[\s*\d+\.\d+\] (.*)$')
+
+VERSION_RE = re.compile(r'^KTAP version 1$')
+PLAN_RE = re.compile(r'^1\.\.(\d+)$')
+SKIP_ALL_RE = re.compile(r'^1\.\.0 # SKIP ?(.*)$')
+RESULT_RE = re.compile(r'^(ok|not ok) (\d+) (\S+)( # .*)?$')
+TIME_RE = re.compile(r'^# time: (\d+\.\d+)s$')
+
+
+def kernel_messages(console: str) -> List[str]:
+	"""The kernel's lines of a console log, without their timestamps."""
+	messages = []
+	for line in console.splitlines():
+		match = KERNEL_LINE_RE.match(line)
+		if match:
+			messages.append(match.group(1))
+	return messages
+
+
+def crash_lines(console: str) -> List[str]:
+	"""The crash lines up to the first oops.  What follows an oops is its
+	aftermath (a task dying with a lock held warns again), not a crash."""
+	found: List[str] = []
+	for message in kernel_messages(console):
+		if OOPS_END_RE.match(message):
+			return found or [message]
+		if CRASH_RE.search(message):
+			found.append(message)
+	return found
+
+
+def crash_excerpt(console: str, lines: int = 40) -> str:
+	"""The console from the first crash line on: what a report shows."""
+	text = console.splitlines()
+	for i, line in enumerate(text):
+		match = KERNEL_LINE_RE.match(line)
+		if match and CRASH_RE.search(match.group(1)):
+			return '\n'.join(text[i:i + lines])
+	return ''
+
+
+@dataclasses.dataclass
+class Step:
+	number: int
+	name: str
+	ok: Optional[bool]		# None: the guest never reported it
+	diagnostics: List[str]
+	seconds: Optional[float] = None
+
+
+@dataclasses.dataclass
+class Ktap:
+	"""A guest's KTAP document, as far as it got."""
+	plan: Optional[int] = None
+	skip_reason: Optional[str] = None
+	steps: List[Step] = dataclasses.field(default_factory=list)
+	errors: List[str] = dataclasses.field(default_factory=list)
+
+
+def parse_ktap(text: str, sent_steps: List[str]) -> Ktap:
+	"""The guest's document, checked against the steps the host sent: a
+	plan line is "1..N" with N the number of steps, results come in order
+	and name the step sent."""
+	ktap = Ktap()
+	pending: List[str] = []
+	seconds = None
+	for line in text.splitlines():
+		if VERSION_RE.match(line):
+			continue
+		skip = SKIP_ALL_RE.match(line)
+		plan = PLAN_RE.match(line)
+		result = RESULT_RE.match(line)
+		if skip:
+			ktap.plan, ktap.skip_reason = 0, skip.group(1) or 'no reason given'
+		elif plan:
+			ktap.plan = int(plan.group(1))
+			if ktap.plan != len(sent_steps):
+				ktap.errors.append(f'plan "{line}" for {len(sent_steps)} steps sent')
+		elif line.startswith('1..'):
+			ktap.errors.append(f'bad plan line "{line}"')
+		elif result:
+			number, name = int(result.group(2)), result.group(3)
+			want = len(ktap.steps) + 1
+			if number != want or want > len(sent_steps) or name != sent_steps[want - 1]:
+				ktap.errors.append(f'result "{line}" out of order (expected {want} '
+						   f'{sent_steps[want - 1] if want <= len(sent_steps) else "nothing"})')
+			ktap.steps.append(Step(number, name, result.group(1) == 'ok', pending, seconds))
+			pending, seconds = [], None
+		elif TIME_RE.match(line):
+			seconds = float(TIME_RE.match(line).group(1))
+		elif line.startswith('# '):
+			pending.append(line[2:])
+	# Steps the guest never reported: what the host sent, unrun.
+	for number in range(len(ktap.steps) + 1, len(sent_steps) + 1):
+		ktap.steps.append(Step(number, sent_steps[number - 1], None, pending))
+		pending = []
+	return ktap
+
+
+@dataclasses.dataclass
+class Verdict:
+	verdict: str			# PASS, FAIL, SKIP or ERROR (the harness, not the kernel)
+	reason: str = ''
+	proof: str = ''			# PASS: the expected console line
+	directive: str = ''		# KTAP: TIMEOUT or ERROR for a guest cut off
+
+
+def console_problem(scenario: Scenario, console: str) -> str:
+	"""The first crash line the row did not expect, or that the expected
+	one is missing; '' when the console is as the row says."""
+	crashes = crash_lines(console)
+	if scenario.console == '-':
+		return crashes[0] if crashes else ''
+	expected = re.compile(scenario.console)
+	unexpected = [c for c in crashes if not expected.search(c)]
+	if unexpected:
+		return unexpected[0]
+	if not any(expected.search(m) for m in kernel_messages(console)):
+		return f'no console line matches the expected /{scenario.console}/'
+	return ''
+
+
+def judge(scenario: Scenario, ktap: Ktap, console: str, outcome: str, timeout_s: int) -> Verdict:
+	"""OUTCOME is how the guest ended: "exited", "timeout", or a harness
+	fault ("fault: ...") when no guest ran at all."""
+	if outcome.startswith('fault: '):
+		return Verdict('ERROR', outcome[len('fault: '):], directive='ERROR')
+	crash = console_problem(scenario, console)
+	with_crash = f' (console: {crash})' if crash else ''
+	if outcome == 'timeout':
+		return Verdict('FAIL', f'guest killed at the {timeout_s}s timeout{with_crash}',
+			       directive='TIMEOUT')
+	if ktap.plan is None:
+		reason = ktap.errors[0] if ktap.errors else 'no KTAP plan from the guest'
+		return Verdict('FAIL', reason + with_crash, directive='ERROR')
+	if ktap.skip_reason is not None:
+		return Verdict('SKIP', ktap.skip_reason)
+	if ktap.errors:
+		return Verdict('FAIL', f'bad KTAP from the guest: {ktap.errors[0]}', directive='ERROR')
+	failed = [s for s in ktap.steps if s.ok is False]
+	reported = sum(1 for s in ktap.steps if s.ok is not None)
+	if failed:
+		return Verdict('FAIL', f'not ok {failed[0].number} {failed[0].name}')
+	if reported != ktap.plan:
+		return Verdict('FAIL', f'guest reported {reported} of {ktap.plan} results{with_crash}',
+			       directive='ERROR')
+	if crash:
+		return Verdict('FAIL', f'console: {crash}')
+	if scenario.console != '-':
+		expected = re.compile(scenario.console)
+		proof = next(m for m in kernel_messages(console) if expected.search(m))
+		return Verdict('PASS', proof=f'expected: {proof}')
+	return Verdict('PASS')
