@@ -2,6 +2,7 @@
 # without the module init race fix, and a QEMU harness that checks each case.
 #
 #   make test        build what is missing, run every scenario, print verdicts
+#   make check       lint and self-test the harness (no kernel, no VM)
 #   make race-demo   the side-by-side table of what each kernel does
 #   make bench       build and boot timings
 #
@@ -51,7 +52,11 @@ KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/kernel/$*/src \
 # Debian packages the build and the harness need.
 DEB_PACKAGES := linux-source-6.1 gcc make libc6-dev bc bison flex libelf-dev \
 	libssl-dev cpio xz-utils lz4 ccache qemu-system-x86 qemu-utils parted \
-	busybox-static
+	busybox-static python3
+# And the commands make check needs, with their packages (a command may
+# come from elsewhere: nodesource's nodejs carries npm).
+CHECK_COMMANDS := shellcheck:shellcheck python3:python3 pyflakes3:pyflakes3 \
+	xmllint:libxml2-utils node:nodejs npm:npm
 
 KERNELS := $(foreach v,$(VARIANTS),$(BUILD)/kernel/$(v)/obj/arch/x86/boot/bzImage)
 MODULES := $(foreach v,$(VARIANTS),$(BUILD)/driver/$(v)/raceblk.ko)
@@ -60,14 +65,19 @@ INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 
-.PHONY: all deps kernel kernels driver images initramfs test race-demo bench \
+.PHONY: all deps deps-check check kernel kernels driver images initramfs test race-demo bench \
 	images-check series-check series-tree clean distclean
 all: initramfs
 
-deps:
+# install_missing PACKAGES: install those not installed (as root), or name them.
+# With COMMAND:PACKAGE words, a package is missing when its command is.
+define install_missing
 	@missing=; \
-	for p in $(DEB_PACKAGES); do \
-		dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed' || missing+=" $$p"; \
+	for p in $(1); do \
+		case $$p in \
+		*:*) command -v "$${p%%:*}" > /dev/null || missing+=" $${p#*:}" ;; \
+		*) dpkg-query -W -f='$${Status}\n' "$$p" 2>/dev/null | grep -q '^install ok installed' || missing+=" $$p" ;; \
+		esac; \
 	done; \
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if [ "$$(id -u)" -ne 0 ]; then \
@@ -78,6 +88,13 @@ deps:
 	echo "deps: installing$$missing"; \
 	apt-get update -qq; \
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing
+endef
+
+deps:
+	$(call install_missing,$(DEB_PACKAGES))
+
+deps-check:
+	$(call install_missing,$(CHECK_COMMANDS) linux-source-6.1)
 
 kernel kernels: $(KERNELS)
 driver: $(MODULES)
@@ -147,8 +164,7 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 	@if $(call KCACHE,restore); then \
 		echo "  KERNEL  build/kernel/$*/obj (from $(KERNEL_CACHE))"; \
 	else \
-		echo "  KERNEL  build/kernel/$*/obj (ccache: $(CCACHE_DIR))"; \
-		$(KMAKE) bzImage modules; \
+		harness/progress "kernel $*" $(BUILD)/kernel/$*/build.log $(KMAKE) bzImage modules; \
 		$(call KCACHE,save) || true; \
 	fi
 	@touch $@
@@ -199,7 +215,7 @@ $(BUILD)/guest/%: harness/guest/%.c
 	@gcc -static -s -O2 -Wall -Wextra -Werror -o $@ $<
 
 $(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $(GUEST_BINS) \
-		$(wildcard harness/guest/*) harness/scenarios harness/mkinitramfs
+		$(wildcard harness/guest/*) harness/mkinitramfs
 	@echo "  CPIO    $@"
 	@harness/mkinitramfs $@ $(<D) $(GUEST_BINS)
 
@@ -225,6 +241,41 @@ series-check: deps
 # A git tree with the series as commits, to edit the patches.
 series-tree: deps
 	@kernel-patches/series-check --tree-only
+
+# What builds and boots nothing: every shell script through shellcheck
+# (guest ones as busybox sh), the Python runner compiled and through
+# pyflakes, the scenario table, the CI workflow (actionlint), and the
+# runner's self-tests against a fake QEMU (harness/selftest.py).
+SHELL_SCRIPTS := .ci/run harness/bench harness/mkinitramfs harness/progress \
+	harness/lint-workflow images/mkimage images/parted-table images/sums \
+	kernel-patches/config/check kernel-patches/kernel-cache kernel-patches/series-check
+GUEST_SCRIPTS := harness/guest/init $(wildcard harness/guest/*.sh)
+PYTHON := harness/run harness/race-demo $(wildcard harness/*.py)
+
+# The kernel's own KTAP parser reads the runner's results.ktap in the
+# self-tests: two files of the tree, extracted alone (10 s).
+KUNIT_TOOL := $(BUILD)/tools/kunit
+$(KUNIT_TOOL)/kunit_parser.py: $(KERNEL_TARBALL)
+	@mkdir -p $(@D)
+	@echo "  EXTRACT tools/testing/kunit/kunit_{parser,printer}.py -> $(@D)"
+	@tar -xJf $< -C $(@D) --strip-components=4 --wildcards \
+		'*/tools/testing/kunit/kunit_parser.py' '*/tools/testing/kunit/kunit_printer.py'
+	@touch $@
+
+check: deps-check
+	@$(MAKE) --no-print-directory $(KUNIT_TOOL)/kunit_parser.py
+	@echo "  CHECK   shellcheck"
+	@shellcheck $(SHELL_SCRIPTS)
+	@shellcheck -s dash $(GUEST_SCRIPTS)
+	@echo "  CHECK   python"
+	@for f in $(PYTHON); do python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' $$f; done
+	@pyflakes3 $(PYTHON)
+	@echo "  CHECK   harness/scenarios"
+	@harness/plan.py check
+	@echo "  CHECK   .github/workflows"
+	@harness/lint-workflow
+	@echo "  CHECK   harness self-tests"
+	@KUNIT_TOOL=$(KUNIT_TOOL) python3 harness/selftest.py
 
 bench: deps
 	@VARIANTS="$(VARIANTS)" harness/bench
