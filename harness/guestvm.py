@@ -18,6 +18,7 @@ import json
 import os
 import pathlib
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,7 +31,8 @@ QEMU = 'qemu-system-x86_64'
 CMDLINE = 'console=ttyS0 reboot=t panic=-1'
 
 _running: Dict[int, subprocess.Popen] = {}
-_running_lock = threading.Lock()
+# Reentrant: the signal handler (kill_all) may run on a thread that holds it.
+_running_lock = threading.RLock()
 _stopping = threading.Event()
 
 
@@ -60,6 +62,11 @@ def log_tail(path: pathlib.Path, lines: int = 20) -> str:
 		return ''
 
 
+def qemu_value(text: str) -> str:
+	"""TEXT as one value of a QEMU option list: a ',' is written ',,'."""
+	return str(text).replace(',', ',,')
+
+
 class Machine:
 	"""The machine a variant's guests run on.  A restore needs the very
 	machine its snapshot was saved on, so cold boots, saves and restores
@@ -77,8 +84,8 @@ class Machine:
 		return ['-accel', self.accel, '-cpu', 'max,la57=off', '-m', str(self.memory), '-smp', '1',
 			'-M', 'microvm,x-option-roms=off,isa-serial=on,rtc=on',
 			'-no-reboot', '-display', 'none', '-nodefaults',
-			'-chardev', f'file,id=console,path={console}', '-serial', 'chardev:console',
-			'-chardev', f'socket,id=ktap,path={ktap_sock}',
+			'-chardev', f'file,id=console,path={qemu_value(console)}', '-serial', 'chardev:console',
+			'-chardev', f'socket,id=ktap,path={qemu_value(ktap_sock)}',
 			'-device', 'isa-serial,chardev=ktap,index=1',
 			'-kernel', str(self.kernel), '-initrd', str(initrd), '-append', CMDLINE]
 
@@ -106,15 +113,18 @@ class Guest:
 
 	def __init__(self, workdir: pathlib.Path, sockdir: str, deadline: float):
 		self.workdir, self.deadline = workdir, deadline
-		self.sockdir = tempfile.mkdtemp(dir=sockdir)
-		self.ktap_path = os.path.join(self.sockdir, 'ktap')
-		self.ktap_listener = self._listen(self.ktap_path)
 		self.proc: Optional[subprocess.Popen] = None
 		self.received = bytearray()
+		self.listeners: List[socket.socket] = []
+		self.sockdir = tempfile.mkdtemp(dir=sockdir)
+		self.ktap_path = os.path.join(self.sockdir, 'ktap')
+		self.ktap_listener = self.listen(self.ktap_path)
 
-	@staticmethod
-	def _listen(path: str) -> socket.socket:
+	def listen(self, path: str) -> socket.socket:
+		if len(path.encode()) >= 108:
+			raise Fault(f'socket path too long for AF_UNIX (108 bytes): {path}')
 		sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+		self.listeners.append(sock)
 		sock.bind(path)
 		sock.listen(1)
 		return sock
@@ -170,12 +180,13 @@ class Guest:
 				return False
 		return True
 
-	def outcome(self, when: str) -> str:
-		"""Wait for QEMU until the deadline: "exited", or "timeout" (then
-		killed); a Fault when QEMU itself failed (a guest's reboot or
-		panic ends it with status 0)."""
+	def outcome(self, when: str, grace: float = 0) -> str:
+		"""Wait for QEMU until the deadline (plus GRACE: a guest that has
+		closed its port is ending): "exited", or "timeout" (then killed);
+		a Fault when QEMU itself failed (a guest's reboot or panic ends it
+		with status 0)."""
 		try:
-			status = self.proc.wait(timeout=self.remaining())
+			status = self.proc.wait(timeout=self.remaining() + grace)
 		except subprocess.TimeoutExpired:
 			self.kill()
 			return 'timeout'
@@ -184,19 +195,24 @@ class Guest:
 		return 'exited'
 
 	def kill(self) -> None:
+		"""Kill QEMU's process group, unless QEMU was reaped already (its
+		group id may be another's by now)."""
 		if self.proc is None:
 			return
-		try:
-			os.killpg(self.proc.pid, signal.SIGKILL)
-		except ProcessLookupError:
-			pass
-		self.proc.wait()
 		with _running_lock:
+			if self.proc.returncode is None:
+				try:
+					os.killpg(self.proc.pid, signal.SIGKILL)
+				except ProcessLookupError:
+					pass
 			_running.pop(self.proc.pid, None)
+		self.proc.wait()
 
 	def close(self) -> None:
 		self.kill()
-		self.ktap_listener.close()
+		for sock in self.listeners:
+			sock.close()
+		shutil.rmtree(self.sockdir, ignore_errors=True)
 
 
 def run_scenario(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd: pathlib.Path,
@@ -204,10 +220,11 @@ def run_scenario(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd: 
 	"""Boot (or restore SNAPSHOT) one guest, send it MESSAGE, keep its KTAP
 	in WORKDIR/ktap and its console in WORKDIR/console.log.  Returns
 	"exited" or "timeout"; raises Fault when QEMU failed around the guest."""
-	guest = Guest(workdir, sockdir, time.monotonic() + timeout_s)
-	args = machine.args(initrd, workdir / 'console.log', guest.ktap_path)
+	guest: Optional[Guest] = None
 	fds: List[int] = []
 	try:
+		guest = Guest(workdir, sockdir, time.monotonic() + timeout_s)
+		args = machine.args(initrd, workdir / 'console.log', guest.ktap_path)
 		if snapshot is not None:
 			fd = os.open(snapshot, os.O_RDONLY)
 			fds.append(fd)
@@ -227,14 +244,15 @@ def run_scenario(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd: 
 				conn.sendall(message)
 			except OSError:
 				pass	# the guest is gone: its KTAP says how far it got
-			guest.read_until(conn, None, out)
-		return guest.outcome('while its guest ran')
+			closed = guest.read_until(conn, None, out)
+		return guest.outcome('while its guest ran', grace=10 if closed else 0)
 	except OSError as err:
 		raise Fault(f'{type(err).__name__}: {err}') from err
 	finally:
 		for fd in fds:
 			os.close(fd)
-		guest.close()
+		if guest:
+			guest.close()
 
 
 class Qmp:
@@ -276,34 +294,43 @@ def save_snapshot(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd:
 		  snapshot: pathlib.Path, timeout_s: float) -> None:
 	"""Boot MACHINE to the guest's READY point and save it to SNAPSHOT over
 	QMP; raises Fault (the console tail in it) when that cannot be done."""
-	guest = Guest(workdir, sockdir, time.monotonic() + timeout_s)
-	qmp_path = os.path.join(guest.sockdir, 'qmp')
-	qmp_listener = Guest._listen(qmp_path)
-	args = machine.args(initrd, workdir / 'console.log', guest.ktap_path)
-	args += ['-chardev', f'socket,id=qmp,path={qmp_path}', '-mon', 'chardev=qmp,mode=control']
+	guest: Optional[Guest] = None
 	tmp = snapshot.with_suffix('.tmp')
 	try:
+		guest = Guest(workdir, sockdir, time.monotonic() + timeout_s)
+		qmp_path = os.path.join(guest.sockdir, 'qmp')
+		qmp_listener = guest.listen(qmp_path)
+		args = machine.args(initrd, workdir / 'console.log', guest.ktap_path)
+		args += ['-chardev', f'socket,id=qmp,path={qemu_value(qmp_path)}', '-mon', 'chardev=qmp,mode=control']
 		guest.start(args)
 		ktap = guest.accept(guest.ktap_listener, 'KTAP port')
 		qmp = Qmp(guest.accept(qmp_listener, 'QMP monitor'), guest)
 		with ktap, open(workdir / 'ktap.log', 'wb') as out:
 			if not guest.read_until(ktap, b'READY', out):
+				if guest.proc.poll() is not None:
+					raise guest._qemu_gone('before its guest said READY')
 				raise Fault('the guest did not reach its snapshot point before the deadline')
 			with open(tmp, 'wb') as image:
 				qmp.execute('getfd', fd=image.fileno(), fdname='snapshot')
 			qmp.execute('migrate', uri='fd:snapshot')
-			while qmp.execute('query-migrate').get('status') not in ('completed', 'failed'):
+			status = 'active'
+			while status not in ('completed', 'failed', 'cancelled'):
 				if guest.remaining() <= 0:
 					raise Fault('the snapshot was not saved before the deadline')
 				time.sleep(0.05)
-			if qmp.execute('query-migrate').get('status') != 'completed':
-				raise Fault('QEMU failed to save the snapshot')
-			qmp.execute('quit')
-		os.replace(tmp, snapshot)
+				status = qmp.execute('query-migrate').get('status', 'active')
+			if status != 'completed':
+				raise Fault(f'QEMU failed to save the snapshot (migration {status})')
+			os.replace(tmp, snapshot)
+			# QEMU may close the monitor before it answers quit.
+			try:
+				qmp.execute('quit')
+			except (Fault, OSError):
+				pass
 	except (Fault, OSError, ValueError) as fault:
 		tail = log_tail(workdir / 'console.log')
 		raise Fault(f'{fault}' + (f'\nits console:\n{tail}' if tail else '')) from fault
 	finally:
-		qmp_listener.close()
-		guest.close()
+		if guest:
+			guest.close()
 		tmp.unlink(missing_ok=True)

@@ -30,7 +30,9 @@ HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
 COLUMNS = ('id', 'variants', 'image', 'params', 'console', 'steps')
 ID_RE = re.compile(r'^[a-z][a-z0-9_]*$')
-STEP_RE = re.compile(r'^([a-z][a-z0-9_]*)(?:=(\S+))?$')
+# A step is a KTAP description: no '#' (ktap.rst), no glob character.
+STEP_RE = re.compile(r'^([a-z][a-z0-9_]*)(?:=([^\s#*?\[]+))?$')
+PARAM_RE = re.compile(r'^([a-z][a-z0-9_]*)=[^\s*?\[]*$')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,6 +53,7 @@ class Known:
 	variants: Set[str]
 	images: Set[str]
 	steps: Set[str]
+	params: Set[str]
 
 
 def known_names(top: pathlib.Path = TOP) -> Known:
@@ -59,19 +62,25 @@ def known_names(top: pathlib.Path = TOP) -> Known:
 	images |= {p.stem for p in (top / 'images').glob('*.patch')}
 	steps = set(re.findall(r'^step_([a-z0-9_]+)\(\)', (top / 'harness/guest/steps.sh').read_text(),
 			       re.MULTILINE))
-	return Known(variants=series | {v + '-debug' for v in series}, images=images, steps=steps)
+	# The driver's parameters: the kernel ignores a misspelt one (it logs
+	# "unknown parameter"), and the row would run with the defaults.
+	params = set(re.findall(r'^module_param(?:_named|_cb)?\((\w+),', (top / 'driver/raceblk.c').read_text(),
+				re.MULTILINE))
+	return Known(variants=series | {v + '-debug' for v in series}, images=images, steps=steps,
+		     params=params)
 
 
-def parse(path: pathlib.Path) -> Tuple[List[Row], List[str]]:
-	"""The rows of the table at PATH, and the lines that are not rows."""
+def parse(path: pathlib.Path) -> Tuple[List[Row], List[Tuple[int, str]]]:
+	"""The rows of the table at PATH, and the lines that are not rows
+	(line number, error)."""
 	rows, errors = [], []
 	for nr, text in enumerate(path.read_text().splitlines(), 1):
 		if not text.strip() or text.lstrip().startswith('#'):
 			continue
 		cells = [c.strip() for c in text.split('|')]
 		if len(cells) != len(COLUMNS):
-			errors.append(f'{path}:{nr}: {len(cells)} columns, a row has {len(COLUMNS)}: '
-				      + ' | '.join(COLUMNS))
+			errors.append((nr, f'{path}:{nr}: {len(cells)} columns, a row has {len(COLUMNS)}: '
+				       + ' | '.join(COLUMNS)))
 			continue
 		id_, variants, image, params, console, steps = cells
 		rows.append(Row(line=nr, id=id_, variants=tuple(variants.split(',')), image=image,
@@ -90,6 +99,12 @@ def row_errors(row: Row, known: Known) -> Iterator[str]:
 		yield '"all" with other variants'
 	if row.image not in ('all', 'any') and row.image not in known.images:
 		yield f'unknown image "{row.image}" (images/*.parted, images/*.patch, all, any)'
+	for param in row.params:
+		match = PARAM_RE.match(param)
+		if not match:
+			yield f'param "{param}": NAME=VALUE'
+		elif match.group(1) not in known.params:
+			yield f'unknown raceblk parameter "{match.group(1)}" (module_param in driver/raceblk.c)'
 	if row.console != '-':
 		try:
 			re.compile(row.console)
@@ -117,11 +132,12 @@ def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]
 
 
 def check(path: pathlib.Path, known: Known) -> List[str]:
-	rows, errors = parse(path)
+	rows, parse_errors = parse(path)
+	errors = list(parse_errors)
 	for row in rows:
-		errors += [f'{path}:{row.line}: {e}' for e in row_errors(row, known)]
-	errors += [f'{path}:{row.line}: {e}' for row, e in duplicate_errors(rows, known)]
-	return sorted(errors, key=lambda e: int(e.split(':')[1]))
+		errors += [(row.line, f'{path}:{row.line}: {e}') for e in row_errors(row, known)]
+	errors += [(row.line, f'{path}:{row.line}: {e}') for row, e in duplicate_errors(rows, known)]
+	return [text for _, text in sorted(errors)]
 
 
 def variant_errors(variants: List[str], known: Known) -> List[str]:

@@ -13,13 +13,15 @@ import time
 import xml.etree.ElementTree as ET
 from typing import Dict, List
 
-# XML 1.0 allows no control character but tab, newline and carriage return.
-XML_INVALID_RE = re.compile('[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]')
+# What XML 1.0 cannot carry: control characters but tab, newline and
+# carriage return, surrogates (a path's undecodable bytes), U+FFFE/U+FFFF.
+XML_INVALID_RE = re.compile('[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]')
 
 
 def xml_text(text: str) -> str:
-	"""TEXT with what XML 1.0 cannot carry shown as ^X (caret notation)."""
-	return XML_INVALID_RE.sub(lambda m: f'^{chr(ord(m.group()) + 64)}' if m.group() < ' ' else '?', text)
+	"""TEXT with what XML 1.0 cannot carry shown as ^X (caret notation),
+	or as U+FFFD."""
+	return XML_INVALID_RE.sub(lambda m: f'^{chr(ord(m.group()) + 64)}' if m.group() < ' ' else '\ufffd', text)
 
 
 def totals(records: List[Dict]) -> Dict[str, int]:
@@ -30,10 +32,15 @@ def totals(records: List[Dict]) -> Dict[str, int]:
 		'errors': count['ERROR'], 'skipped': count['SKIP']}
 
 
-def write_json(path: pathlib.Path, run: Dict) -> None:
-	tmp = path.with_suffix('.tmp')
-	tmp.write_text(json.dumps(run, indent=1) + '\n')
+def write_file(path: pathlib.Path, data: bytes) -> None:
+	"""PATH whole or not at all: a reader never sees half a report."""
+	tmp = path.with_name(path.name + '.tmp')
+	tmp.write_bytes(data)
 	tmp.replace(path)
+
+
+def write_json(path: pathlib.Path, run: Dict) -> None:
+	write_file(path, (json.dumps(run, indent=1) + '\n').encode())
 
 
 # --- KTAP ----------------------------------------------------------------------
@@ -45,12 +52,13 @@ def _ktap_steps(record: Dict, indent: str) -> List[str]:
 	lines = [f'{indent}KTAP version 1', f'{indent}# Subtest: {record["name"]}',
 		 f'{indent}1..{len(record["results"])}']
 	cut_off = record['directive'] or 'ERROR'
-	for step in record['results']:
+	# Numbered by position: the guest's own numbers are in results.json.
+	for number, step in enumerate(record['results'], 1):
 		lines += [f'{indent}# {d}' for d in step['diagnostics']]
 		if step['ok'] is None:
-			lines.append(f'{indent}not ok {step["number"]} {step["name"]} # {cut_off} not reported')
+			lines.append(f'{indent}not ok {number} {step["name"]} # {cut_off} not reported')
 		else:
-			lines.append(f'{indent}{"ok" if step["ok"] else "not ok"} {step["number"]} {step["name"]}')
+			lines.append(f'{indent}{"ok" if step["ok"] else "not ok"} {number} {step["name"]}')
 	return lines
 
 

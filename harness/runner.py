@@ -37,6 +37,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from typing import Dict, List, Optional, Tuple
 
 import guestvm
@@ -271,6 +272,8 @@ class Runner:
 			answer = 'tcg'
 			if os.access('/dev/kvm', os.W_OK):
 				answer = 'kvm' if self.probe_kvm() else 'tcg'
+			if guestvm.stopping():
+				return		# a signal cut the probe short: no answer to keep
 			if answer == 'tcg':
 				print('harness: KVM cannot run this guest here (probe: build/accel-probe/); using TCG',
 				      file=sys.stderr)
@@ -362,6 +365,9 @@ class Runner:
 			outcome = self.boot(scenario, workdir)
 		except guestvm.Fault as fault:
 			outcome = f'fault: {fault}'
+		except Exception:	# a bug of ours: an ERROR with its traceback, not a dead run
+			(workdir / 'traceback').write_text(traceback.format_exc())
+			outcome = f'fault: harness error: {traceback.format_exc().strip().splitlines()[-1]} (traceback in {workdir.name}/traceback)'
 		seconds = time.monotonic() - start
 		# The guest's tty turns every newline into CR LF.
 		texts = {}
@@ -394,6 +400,8 @@ def aggregate(scenario: Scenario, runs: List[Dict], repeat: int) -> Dict:
 	"""One record for every run of a scenario: with --repeat, it passes
 	only if every run passed; runs that disagree are FLAKY."""
 	first_bad = next((r for r in runs if r['verdict'] not in ('PASS', 'SKIP')), None)
+	# A run cut short by a signal says nothing: neither do the others.
+	first_bad = first_bad or next((r for r in runs if r['reason'] == 'interrupted'), None)
 	shown = first_bad or runs[0]
 	record = {'name': scenario.name, 'variant': scenario.variant, 'id': scenario.id,
 		  'image': scenario.image, 'line': scenario.line, 'params': list(scenario.params),
@@ -406,7 +414,7 @@ def aggregate(scenario: Scenario, runs: List[Dict], repeat: int) -> Dict:
 		record['console_excerpt'] = ''
 	if first_bad and not record['console_excerpt']:
 		record['console_excerpt'] = '\n'.join(shown['console'].splitlines()[-20:])
-	if repeat > 1:
+	if repeat > 1 and shown['reason'] != 'interrupted':
 		passed = sum(r['verdict'] == 'PASS' for r in runs)
 		record['runs'] = [{k: r[k] for k in ('run', 'verdict', 'reason', 'seconds', 'logs')} for r in runs]
 		if first_bad is None:
@@ -461,8 +469,8 @@ def write_reports(run: Dict) -> None:
 	for record in run['scenarios']:
 		record.pop('console', None)
 	reports.write_json(RESULTS / 'results.json', run)
-	(RESULTS / 'results.ktap').write_text(reports.ktap(run['scenarios']))
-	(RESULTS / 'junit.xml').write_bytes(reports.junit(run))
+	reports.write_file(RESULTS / 'results.ktap', reports.ktap(run['scenarios']).encode())
+	reports.write_file(RESULTS / 'junit.xml', reports.junit(run))
 
 
 # --- the run ----------------------------------------------------------------------
@@ -484,45 +492,57 @@ class Lock:
 		self.file.flush()
 
 
-def run_all(runner: Runner, opts: argparse.Namespace) -> Tuple[List[Dict], Optional[int]]:
-	"""Every scenario on a pool of -j guests.  SIGINT or SIGTERM kills every
-	guest's process group; the records so far come back with the signal."""
-	caught: List[int] = []
+class Signals:
+	"""SIGINT, SIGTERM and SIGHUP at any point of a run (the KVM probe, a
+	snapshot's save, the guests): kill every guest's process group and stop
+	starting new ones; the run then writes what it has and says so."""
 
-	def on_signal(signum, _frame):
-		if not caught:
-			print(f'\nharness: {signal.Signals(signum).name}: killing every guest', file=sys.stderr, flush=True)
-		caught.append(signum)
+	def __init__(self):
+		self.caught: List[int] = []
+		self.old = {s: signal.signal(s, self.on_signal)
+			    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+
+	def on_signal(self, signum, _frame):
+		if not self.caught:
+			os.write(2, f'\nharness: {signal.Signals(signum).name}: killing every guest\n'.encode())
+		self.caught.append(signum)
 		guestvm.kill_all()
 
-	old = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-	runs: Dict[int, List[Dict]] = {}
-	try:
-		with concurrent.futures.ThreadPoolExecutor(opts.jobs) as pool:
-			futures = {}
-			for index, scenario in enumerate(runner.scenarios):
-				if opts.repeat > 1:
-					shutil.rmtree(RESULTS / scenario.name, ignore_errors=True)
-				for k in range(1, opts.repeat + 1):
-					futures[pool.submit(runner.run_once, scenario, k)] = index
-			pending = set(futures)
-			while pending:
-				_, pending = concurrent.futures.wait(pending, timeout=0.5)
-				if caught:
-					pool.shutdown(wait=True, cancel_futures=True)
-					break
-			for future, index in futures.items():
-				if future.done() and not future.cancelled():
-					runs.setdefault(index, []).append(future.result())
-	finally:
-		for signum, handler in old.items():
+	def restore(self) -> None:
+		for signum, handler in self.old.items():
 			signal.signal(signum, handler)
+
+	@property
+	def first(self) -> Optional[int]:
+		return self.caught[0] if self.caught else None
+
+
+def run_all(runner: Runner, opts: argparse.Namespace, signals: Signals) -> List[Dict]:
+	"""Every scenario on a pool of -j threads, each driving its guest's
+	QEMU; after a signal, the records of the scenarios that finished."""
+	runs: Dict[int, List[Dict]] = {}
+	with concurrent.futures.ThreadPoolExecutor(opts.jobs) as pool:
+		futures = {}
+		for index, scenario in enumerate(runner.scenarios):
+			if opts.repeat > 1:
+				shutil.rmtree(RESULTS / scenario.name, ignore_errors=True)
+			for k in range(1, opts.repeat + 1):
+				futures[pool.submit(runner.run_once, scenario, k)] = index
+		pending = set(futures)
+		while pending:
+			_, pending = concurrent.futures.wait(pending, timeout=0.5)
+			if signals.caught:
+				pool.shutdown(wait=True, cancel_futures=True)
+				break
+		for future, index in futures.items():
+			if future.done() and not future.cancelled():
+				runs.setdefault(index, []).append(future.result())
 	records = []
 	for index, scenario in enumerate(runner.scenarios):
 		done = sorted(runs.get(index, []), key=lambda r: r['run'])
 		if len(done) == opts.repeat:
 			records.append(aggregate(scenario, done, opts.repeat))
-	return records, (caught[0] if caught else None)
+	return records
 
 
 def main(argv: List[str]) -> int:
@@ -543,27 +563,42 @@ def main(argv: List[str]) -> int:
 	lock = Lock()
 	digest = prepare_own_image(opts) if opts.image else None
 	check_built(scenarios, opts.variants)
+	# The last run's reports go: a run that ends early must not leave them
+	# looking like its own.
+	for name in ('results.json', 'results.ktap', 'junit.xml', 'race-demo.md'):
+		(RESULTS / name).unlink(missing_ok=True)
 	RESULTS.mkdir(parents=True, exist_ok=True)
 	started = time.time()
-	with tempfile.TemporaryDirectory(prefix='raceblk-') as sockdir:
-		runner = Runner(opts, scenarios, sockdir)
-		runner.choose_accel()
-		boots = runner.choose_boots()
-		runs = '' if opts.repeat == 1 else f' x {opts.repeat} runs'
-		print(f'harness: {len(scenarios)} scenarios{runs}, variants: {" ".join(opts.variants)}, '
-		      f'{runner.accel}, {boots}, -j {opts.jobs}', flush=True)
-		records, signum = run_all(runner, opts)
-	for record in records:
-		if record['verdict'] in ('FAIL', 'ERROR'):
-			symbolise(record)
+	signals = Signals()
+	records: List[Dict] = []
+	boots = 'no boots'
+	try:
+		# Sockets under /tmp: a unix socket's path has at most 107 bytes.
+		with tempfile.TemporaryDirectory(prefix='raceblk-', dir='/tmp') as sockdir:
+			runner = Runner(opts, scenarios, sockdir)
+			runner.choose_accel()
+			if not signals.caught:
+				boots = runner.choose_boots()
+			runs = '' if opts.repeat == 1 else f' x {opts.repeat} runs'
+			print(f'harness: {len(scenarios)} scenarios{runs}, variants: {" ".join(opts.variants)}, '
+			      f'{runner.accel}, {boots}, -j {opts.jobs}', flush=True)
+			if not signals.caught:
+				records = run_all(runner, opts, signals)
+	finally:
+		signals.restore()
+	signum = signals.first
+	if not signum:
+		for record in records:
+			if record['verdict'] in ('FAIL', 'ERROR'):
+				symbolise(record)
 	run = {'version': 1, 'started': started, 'seconds': round(time.time() - started, 3),
 	       'variants': opts.variants, 'accel': runner.accel, 'boots': boots, 'jobs': opts.jobs,
 	       'timeout_s': opts.timeout, 'repeat': opts.repeat, 'filter': opts.filter,
 	       'interrupted': signal.Signals(signum).name if signum else None,
 	       'planned': len(scenarios), 'scenarios': records}
 	write_reports(run)
-	(RESULTS / 'matrix.json').write_text(reports.json.dumps(
-		reports.matrix(names, 4, opts.variants, opts.filter.split())) + '\n')
+	reports.write_file(RESULTS / 'matrix.json', (reports.json.dumps(
+		reports.matrix(names, 4, opts.variants, opts.filter.split())) + '\n').encode())
 	for record in records:
 		if record['verdict'] in ('FAIL', 'ERROR'):
 			report_failure(record, bool(opts.image), bool(opts.expected))

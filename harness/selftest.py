@@ -3,7 +3,7 @@
 """The runner's own tests, as the kernel's kunit_tool_test.py: no kernel
 and no VM.  harness/run runs against harness/selftest/fake-qemu (a stand-in
 QEMU that plays a well-behaved or a broken guest) in a build directory
-whose path holds a space, a quote and a colon.  Each test is named after
+whose path holds a space, a quote, a colon and a comma.  Each test is named after
 the fault it guards against; each must end with a clear message and a
 report a CI tool can read.
 
@@ -46,7 +46,7 @@ class FakeBuild:
 	"""A build/ with stand-in kernels and archives, and a fake QEMU on PATH."""
 
 	def __init__(self, variants=('vanilla',)):
-		self.root = pathlib.Path(tempfile.mkdtemp(prefix="raceblk selftest 'q:x' "))
+		self.root = pathlib.Path(tempfile.mkdtemp(prefix="raceblk selftest 'q:x,y' "))
 		self.build = self.root / 'build'
 		self.variants = variants
 		for variant in variants:
@@ -100,9 +100,16 @@ class Case(unittest.TestCase):
 
 	def setUp(self):
 		self.fake = FakeBuild()
+		# Cleanups run last first: a run started later is killed before
+		# its build directory goes.
+		self.addCleanup(self.fake.close)
 
-	def tearDown(self):
-		self.fake.close()
+	def start(self, mode: str, *args: str) -> subprocess.Popen:
+		"""A run in the background, killed at the end of the test whatever
+		happens (before its build directory goes)."""
+		run = self.fake.start(mode, *args)
+		self.addCleanup(lambda: run.poll() is None and (run.kill(), run.wait()))
+		return run
 
 	def assertSummary(self, done, passed, failed, skipped):
 		"""The run ended with its summary line, with these counts."""
@@ -153,6 +160,35 @@ class Faults(Case):
 		self.assertTrue((self.fake.build / 'snapshots/vanilla/vm').is_file())
 		self.assertSummary(done, 6, 0, 0)
 
+	def test_snapshot_save_never_completes(self):
+		start = time.monotonic()
+		done = self.fake.run('save-stuck', '--snapshot', '--timeout', '2', '--filter', 'vanilla/before_add_disk/*')
+		self.assertLess(time.monotonic() - start, 30)
+		self.assertRegex(done.stderr, r'cannot save a snapshot of vanilla; cold boots instead\. .* before the deadline')
+		self.assertSummary(done, 1, 0, 0)
+		self.assertEqual(self.fake.guests_left(), [])
+
+	def test_sigint_while_saving_a_snapshot(self):
+		run = self.start('save-stuck', '--snapshot', '--timeout', '60', '--filter', 'vanilla/bad_*/*')
+		deadline = time.monotonic() + 20
+		while not (self.fake.build / 'snapshots/vanilla/vm.tmp').exists():
+			self.assertLess(time.monotonic(), deadline, 'no snapshot save started')
+			time.sleep(0.1)
+		run.send_signal(signal.SIGINT)
+		stdout, stderr = run.communicate(timeout=30)
+		self.assertEqual(run.returncode, 130, stderr)
+		self.assertSummary(subprocess.CompletedProcess(run.args, 130, stdout, stderr), 0, 0, 6)
+		self.assertEqual(self.fake.guests_left(), [])
+		self.assertFalse((self.fake.build / 'accel-probe').exists())
+
+	def test_qemu_never_connects(self):
+		start = time.monotonic()
+		done = self.fake.run('no-connect', '--timeout', '2', '--filter', 'vanilla/before_add_disk/*')
+		self.assertLess(time.monotonic() - start, 20)
+		self.assertSummary(done, 0, 1, 0)
+		self.assertIn('QEMU did not open its KTAP port before the deadline', done.stdout)
+		self.assertEqual(self.fake.guests_left(), [])
+
 	def test_qemu_fails_to_start(self):
 		done = self.fake.run('fail-start', '--filter', 'vanilla/before_add_disk/*')
 		self.assertEqual(done.returncode, 1)
@@ -174,7 +210,7 @@ class Faults(Case):
 		self.assertEqual(self.fake.guests_left(), [])
 
 	def interrupt(self, signum, status):
-		run = self.fake.start('hang', '--cold', '-j', '1', '--filter', 'vanilla/bad_*/*')
+		run = self.start('hang', '--cold', '-j', '1', '--filter', 'vanilla/bad_*/*')
 		deadline = time.monotonic() + 20
 		while not list((self.fake.build / 'results').glob('vanilla/*/*/console.log')):
 			self.assertLess(time.monotonic(), deadline, 'no guest started')
@@ -259,6 +295,21 @@ class Reports(Case):
 		self.assertSummary(done, 0, 1, 0)
 		self.assertIn('bad plan line "1..3x"', done.stdout)
 
+	def test_skip_all_when_steps_were_sent(self):
+		done = self.fake.run('skip-all', '--filter', 'vanilla/before_add_disk/*')
+		self.assertSummary(done, 0, 1, 0)
+		self.assertIn('skipped all (lost the steps) with 4 steps sent', done.stdout)
+
+	def test_form_feed_makes_no_result_line(self):
+		done = self.fake.run('formfeed', '--filter', 'vanilla/before_add_disk/*')
+		self.assertSummary(done, 1, 0, 0)
+		self.assertReportsReadable()
+
+	def test_console_not_captured(self):
+		done = self.fake.run('no-marker', '--filter', 'vanilla/before_add_disk/*')
+		self.assertSummary(done, 0, 1, 0)
+		self.assertIn('no kernel line "harness: scenario vanilla/before_add_disk/mbr-primary"', done.stdout)
+
 	def test_oops_in_a_file_name_is_no_crash(self):
 		done = self.fake.run('not-kernel', '--filter', 'vanilla/before_add_disk/*')
 		self.assertSummary(done, 1, 0, 0)
@@ -285,6 +336,20 @@ class CrashScan(unittest.TestCase):
 		  'WARNING: CPU: 0 PID: 1 at kernel/module/main.c:843 try_module_get+0x5b/0x6c',
 		  'general protection fault, probably for non-canonical address 0xdead: 0000 [#1]',
 		  'Kernel panic - not syncing: Fatal exception', 'Oops: 0000 [#1] PREEMPT SMP')
+
+	def test_die_headers_end_the_report(self):
+		for header in ('divide error: 0000 [#1] PREEMPT SMP', 'double fault: 0000 [#1]',
+			       'stack segment: 0000 [#1]', 'int3: 0000 [#1]'):
+			with self.subTest(header=header):
+				self.assertEqual(verdict.crash_lines(f'[    1.0] {header}\n[    1.1] WARNING: exit\n'),
+						 [header])
+		gpf = 'general protection fault, probably for non-canonical address 0xdead: 0000 [#1] PREEMPT'
+		self.assertEqual(verdict.crash_lines(f'[    1.0] {gpf}\n[    1.1] WARNING: at do_exit\n'), [gpf])
+
+	def test_notices_are_no_crash(self):
+		console = ('[    0.1] RETBleed: WARNING: Spectre v2 mitigation leaves CPU vulnerable\n'
+			   '[    0.2] Speculative Return Stack Overflow: WARNING: kernel not compiled with CPU_SRSO.\n')
+		self.assertEqual(verdict.crash_lines(console), [])
 
 	def test_each_title_is_a_crash(self):
 		for title in self.TITLES:
@@ -344,6 +409,8 @@ class Input(unittest.TestCase):
 		('none | vanilla | any | - | - | lod=OK', 'unknown step "lod"'),
 		('none | vanilla | nosuch | - | - | load=OK', 'unknown image "nosuch"'),
 		('none | vanilla | any | - | BUG: ( | load=OK', 'console regex "BUG: ("'),
+		('none | vanilla | any | fail_a=none | - | load=OK', 'unknown raceblk parameter "fail_a"'),
+		('none | vanilla | any | - | - | load=*', 'step "load=*": NAME or NAME=ARG'),
 		('none | vanilla | any | - | - | load=OK\nnone | all | any | - | - | load=OK',
 		 'none on vanilla again (first at line 1)'))
 
@@ -405,8 +472,32 @@ class OwnImage(Case):
 class Units(unittest.TestCase):
 	"""Pieces without a run."""
 
+	def progress(self, *command: str, **env: str) -> subprocess.CompletedProcess:
+		with tempfile.TemporaryDirectory() as tmp:
+			return subprocess.run([str(HARNESS / 'progress'), 'kernel demo', f'{tmp}/build.log', *command],
+					      env={**os.environ, **env}, capture_output=True, text=True, check=False)
+
+	def test_kernel_build_is_one_line(self):
+		done = self.progress('sh', '-c', 'for i in 1 2 3; do echo "  CC  file$i.o"; done')
+		self.assertRegex(done.stdout, r'^kernel demo: building \(log: .*build.log\) \.\.\. 0m0\ds\n$')
+
+	def test_failing_build_shows_its_log_tail(self):
+		done = self.progress('sh', '-c', 'echo "  CC  a.o"; echo "a.c:1: error: oops"; exit 3')
+		self.assertEqual(done.returncode, 3)
+		self.assertIn('FAILED after', done.stdout)
+		self.assertIn('a.c:1: error: oops', done.stdout)
+
+	def test_v1_streams_the_build(self):
+		done = self.progress('sh', '-c', 'echo "  CC  a.o"', V='1')
+		self.assertEqual(done.stdout, '  CC  a.o\n')
+
 	def test_xml_text_shows_control_characters(self):
 		self.assertEqual(reports.xml_text('a\x01b\x1bc\td\n'), 'a^Ab^[c\td\n')
+		self.assertEqual(reports.xml_text('path \udcff'), 'path \ufffd')
+
+	def test_second_plan_line_is_an_error(self):
+		ktap = verdict.parse_ktap('1..2\nnot ok 1 a\n1..0 # SKIP x\n', ['a', 'b'])
+		self.assertIn('a second plan line "1..0 # SKIP x"', ktap.errors)
 
 	def test_parse_ktap_checks_plan_against_steps(self):
 		ktap = verdict.parse_ktap('KTAP version 1\n1..2\nok 1 a\n', ['a', 'b', 'c'])

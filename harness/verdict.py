@@ -13,9 +13,17 @@ from typing import List, Optional
 
 from plan import Scenario
 
-# Crash titles as syzkaller's report parser names them, matched on kernel
-# lines only (a console line with a printk timestamp): a guest's own output
-# or a file name on the console is no crash.
+# An x86 die() header: "Oops: 0000 [#1]", "invalid opcode: 0000 [#1]",
+# "general protection fault, ...: 0000 [#1]", "divide error: 0000 [#1]",
+# "double fault: 0000 [#1]" ...  It ends the report a "BUG:" (or "kernel
+# BUG at") line opened, and counts as a crash only alone.
+DIE_HEADER = r'\S.*: [0-9a-f]{4} \[#\d+\]'
+# Crash titles as syzkaller's report parser names them, matched at the
+# start of kernel lines only (a console line with a printk timestamp): a
+# guest's own output, a file name or a "RETBleed: WARNING: ..." notice is
+# no crash.  (On the default configs some cannot happen: TINY_RCU has no
+# stall detector, there is no hung task detector, no UBSAN or KCSAN; they
+# are here for the configs that have them.)
 CRASH_TITLES = (
 	r'BUG:',
 	r'WARNING:',
@@ -24,18 +32,15 @@ CRASH_TITLES = (
 	r'KCSAN:',
 	r'kernel BUG at',
 	r'general protection fault',
-	r'invalid opcode:',
-	r'Oops:',
 	r'Kernel panic',
 	r'INFO: task .* blocked for more than',
 	r'(rcu: )?INFO: rcu_\w+ (self-)?detected (expedited )?stalls?',
 	r'list_(add|del) corruption',
 	r'refcount_t: ',
+	DIE_HEADER,
 )
-CRASH_RE = re.compile('|'.join(f'(?:{t})' for t in CRASH_TITLES))
-# "Oops: 0000 [#1]" (or "invalid opcode: 0000 [#1]") ends the report a
-# "BUG:" (or "kernel BUG at") line opened; it counts as a crash only alone.
-OOPS_END_RE = re.compile(r'^(Oops|invalid opcode): [0-9a-f]+ \[#\d+\]')
+CRASH_RE = re.compile('^(?:' + '|'.join(f'(?:{t})' for t in CRASH_TITLES) + ')')
+OOPS_END_RE = re.compile(f'^{DIE_HEADER}')
 KERNEL_LINE_RE = re.compile(r'^\[\s*\d+\.\d+\] (.*)$')
 
 VERSION_RE = re.compile(r'^KTAP version 1$')
@@ -48,7 +53,8 @@ TIME_RE = re.compile(r'^# time: (\d+\.\d+)s$')
 def kernel_messages(console: str) -> List[str]:
 	"""The kernel's lines of a console log, without their timestamps."""
 	messages = []
-	for line in console.splitlines():
+	# split('\n'), not splitlines(): a form feed in output is no new line.
+	for line in console.split('\n'):
 		match = KERNEL_LINE_RE.match(line)
 		if match:
 			messages.append(match.group(1))
@@ -69,7 +75,7 @@ def crash_lines(console: str) -> List[str]:
 
 def crash_excerpt(console: str, lines: int = 40) -> str:
 	"""The console from the first crash line on: what a report shows."""
-	text = console.splitlines()
+	text = console.split('\n')
 	for i, line in enumerate(text):
 		match = KERNEL_LINE_RE.match(line)
 		if match and CRASH_RE.search(match.group(1)):
@@ -102,14 +108,19 @@ def parse_ktap(text: str, sent_steps: List[str]) -> Ktap:
 	ktap = Ktap()
 	pending: List[str] = []
 	seconds = None
-	for line in text.splitlines():
+	for line in text.split('\n'):
 		if VERSION_RE.match(line):
+			continue
+		if (SKIP_ALL_RE.match(line) or PLAN_RE.match(line)) and ktap.plan is not None:
+			ktap.errors.append(f'a second plan line "{line}"')
 			continue
 		skip = SKIP_ALL_RE.match(line)
 		plan = PLAN_RE.match(line)
 		result = RESULT_RE.match(line)
 		if skip:
 			ktap.plan, ktap.skip_reason = 0, skip.group(1) or 'no reason given'
+			if sent_steps:
+				ktap.errors.append(f'skipped all ({ktap.skip_reason}) with {len(sent_steps)} steps sent')
 		elif plan:
 			ktap.plan = int(plan.group(1))
 			if ktap.plan != len(sent_steps):
@@ -158,11 +169,20 @@ def console_problem(scenario: Scenario, console: str) -> str:
 	return ''
 
 
+def scenario_marker(scenario: Scenario) -> str:
+	"""The kernel line the guest logs when it has its scenario: without it
+	on the console, the crash scan would see nothing and pass."""
+	return f'harness: scenario {scenario.name}'
+
+
 def judge(scenario: Scenario, ktap: Ktap, console: str, outcome: str, timeout_s: int) -> Verdict:
 	"""OUTCOME is how the guest ended: "exited", "timeout", or a harness
 	fault ("fault: ...") when no guest ran at all."""
 	if outcome.startswith('fault: '):
 		return Verdict('ERROR', outcome[len('fault: '):], directive='ERROR')
+	if ktap.plan is not None and scenario_marker(scenario) not in kernel_messages(console):
+		return Verdict('ERROR', f'no kernel line "{scenario_marker(scenario)}" on the console: '
+			       'it was not captured, and a crash would go unseen', directive='ERROR')
 	crash = console_problem(scenario, console)
 	with_crash = f' (console: {crash})' if crash else ''
 	if outcome == 'timeout':
@@ -171,10 +191,10 @@ def judge(scenario: Scenario, ktap: Ktap, console: str, outcome: str, timeout_s:
 	if ktap.plan is None:
 		reason = ktap.errors[0] if ktap.errors else 'no KTAP plan from the guest'
 		return Verdict('FAIL', reason + with_crash, directive='ERROR')
+	if ktap.errors:
+		return Verdict('FAIL', f'bad KTAP from the guest: {ktap.errors[0]}{with_crash}', directive='ERROR')
 	if ktap.skip_reason is not None:
 		return Verdict('SKIP', ktap.skip_reason)
-	if ktap.errors:
-		return Verdict('FAIL', f'bad KTAP from the guest: {ktap.errors[0]}', directive='ERROR')
 	failed = [s for s in ktap.steps if s.ok is False]
 	reported = sum(1 for s in ktap.steps if s.ok is not None)
 	if failed:

@@ -47,7 +47,8 @@ ktap_run_step() {
 	"step_$name" "$arg" > /tmp/step.out 2>&1 || status=$?
 	uptime_cs
 	start=$((UPTIME_CS - start))
-	while IFS= read -r line; do
+	# "|| [ -n ... ]": a last line without its newline counts too.
+	while IFS= read -r line || [ -n "$line" ]; do
 		ktap_line "# $line"
 	done < /tmp/step.out
 	cs=$((start % 100))
