@@ -89,6 +89,17 @@ def parse(path: pathlib.Path) -> Tuple[List[Row], List[Tuple[int, str]]]:
 	return rows, errors
 
 
+def word_errors(words: Tuple[str, ...], form: re.Pattern, names: Set[str], bad_form: str,
+		unknown: str) -> Iterator[str]:
+	"""Each of WORDS has FORM, whose first group is one of NAMES."""
+	for word in words:
+		match = form.match(word)
+		if not match:
+			yield bad_form.format(word)
+		elif match.group(1) not in names:
+			yield unknown.format(match.group(1))
+
+
 def row_errors(row: Row, known: Known) -> Iterator[str]:
 	if not ID_RE.match(row.id):
 		yield f'id "{row.id}": lower case letters, digits and _'
@@ -99,12 +110,8 @@ def row_errors(row: Row, known: Known) -> Iterator[str]:
 		yield '"all" with other variants'
 	if row.image not in ('all', 'any') and row.image not in known.images:
 		yield f'unknown image "{row.image}" (images/*.parted, images/*.patch, all, any)'
-	for param in row.params:
-		match = PARAM_RE.match(param)
-		if not match:
-			yield f'param "{param}": NAME=VALUE'
-		elif match.group(1) not in known.params:
-			yield f'unknown raceblk parameter "{match.group(1)}" (module_param in driver/raceblk.c)'
+	yield from word_errors(row.params, PARAM_RE, known.params, 'param "{}": NAME=VALUE',
+			       'unknown raceblk parameter "{}" (module_param in driver/raceblk.c)')
 	if row.console != '-':
 		try:
 			re.compile(row.console)
@@ -112,12 +119,8 @@ def row_errors(row: Row, known: Known) -> Iterator[str]:
 			yield f'console regex "{row.console}": {err}'
 	if not row.steps:
 		yield 'no steps'
-	for step in row.steps:
-		match = STEP_RE.match(step)
-		if not match:
-			yield f'step "{step}": NAME or NAME=ARG'
-		elif match.group(1) not in known.steps:
-			yield f'unknown step "{match.group(1)}" (no step_{match.group(1)} in harness/guest/steps.sh)'
+	yield from word_errors(row.steps, STEP_RE, known.steps, 'step "{}": NAME or NAME=ARG',
+			       'unknown step "{0}" (no step_{0} in harness/guest/steps.sh)')
 
 
 def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]:
