@@ -27,6 +27,7 @@ IMAGES := $(patsubst images/%.parted,%,$(wildcard images/*.parted)) \
 	$(patsubst images/%.patch,%,$(wildcard images/*.patch))
 JOBS ?= $(shell nproc)
 # Bring your own disk: make test|race-demo IMAGE=PATH [EXPECTED=FILE].
+# make race-demo BACKEND=scsi: the table for raceblk as a SCSI driver.
 OWN_IMAGE_ARGS = $(if $(IMAGE),--image $(IMAGE)) $(if $(EXPECTED),--expected $(EXPECTED))
 
 # Reproducible kernel builds, so ccache hits across clones and rebuilds.
@@ -171,13 +172,17 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 
 # --- driver ------------------------------------------------------------------
 # Built from a copy so the repository's driver/ never holds objects.
+INTREE_MODULES := drivers/scsi/scsi_debug.ko
 DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
 $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
 	@mkdir -p $(@D)
+	@rm -f $(@D)/*.[ch] $(@D)/*.o $(@D)/*.ko
 	@cp $(DRIVER_SOURCES) $(@D)/
 	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$*/obj \
 		CC="ccache gcc" W=1
+	@# In-tree modules the guest loads too, beside ours.
+	@cp $(addprefix $(BUILD)/kernel/$*/obj/,$(INTREE_MODULES)) $(@D)/
 
 # --- images and guest --------------------------------------------------------
 IMGPATCH := $(BUILD)/tools/imgpatch
@@ -231,7 +236,7 @@ test: deps
 
 race-demo: deps
 	@$(MAKE) --no-print-directory initramfs VARIANTS="$(DEFAULT_VARIANTS)"
-	@harness/race-demo $(OWN_IMAGE_ARGS)
+	@harness/race-demo $(if $(BACKEND),--backend $(BACKEND)) $(OWN_IMAGE_ARGS)
 
 # Every prefix of the series builds and is checkpatch --strict clean; the
 # series also builds with CONFIG_MODULE_UNLOAD=n and CONFIG_MODULES=n.

@@ -64,7 +64,7 @@ def known_names(top: pathlib.Path = TOP) -> Known:
 			       re.MULTILINE))
 	# The driver's parameters: the kernel ignores a misspelt one (it logs
 	# "unknown parameter"), and the row would run with the defaults.
-	params = set(re.findall(r'^module_param(?:_named|_cb)?\((\w+),', (top / 'driver/raceblk.c').read_text(),
+	params = set(re.findall(r'^module_param(?:_named|_cb)?\((\w+),', (top / 'driver/main.c').read_text(),
 				re.MULTILINE))
 	return Known(variants=series | {v + '-debug' for v in series}, images=images, steps=steps,
 		     params=params)
@@ -111,7 +111,7 @@ def row_errors(row: Row, known: Known) -> Iterator[str]:
 	if row.image not in ('all', 'any') and row.image not in known.images:
 		yield f'unknown image "{row.image}" (images/*.parted, images/*.patch, all, any)'
 	yield from word_errors(row.params, PARAM_RE, known.params, 'param "{}": NAME=VALUE',
-			       'unknown raceblk parameter "{}" (module_param in driver/raceblk.c)')
+			       'unknown raceblk parameter "{}" (module_param in driver/main.c)')
 	if row.console != '-':
 		try:
 			re.compile(row.console)

@@ -133,7 +133,7 @@ def own_image_name(path: pathlib.Path) -> str:
 
 
 def max_image_mib() -> int:
-	match = re.search(r'^#define RACEBLK_MAX_IMAGE_MIB\s+(\d+)', (TOP / 'driver/raceblk.c').read_text(), re.M)
+	match = re.search(r'^#define RACEBLK_MAX_IMAGE_MIB\s+(\d+)', (TOP / 'driver/main.c').read_text(), re.M)
 	return int(match.group(1))
 
 
@@ -152,7 +152,7 @@ def check_own_image(opts: argparse.Namespace) -> None:
 	size, limit = image.stat().st_size, max_image_mib()
 	if size > limit << 20:
 		raise Refusal(f'--image {image}: {size} bytes; the ram backend holds at most {limit} MiB '
-			      '(RACEBLK_MAX_IMAGE_MIB in driver/raceblk.c)')
+			      '(RACEBLK_MAX_IMAGE_MIB in driver/main.c)')
 	if size == 0 or size % 512:
 		raise Refusal(f'--image {image}: {size} bytes is not a whole number of 512-byte sectors')
 	if opts.expected and not os.access(opts.expected, os.R_OK):

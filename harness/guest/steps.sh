@@ -3,8 +3,19 @@
 # Globals: PARAMS (module parameters), IMAGE (image name).
 
 KO=/lib/modules/raceblk.ko
-DISK=raceblk0
 GOLDEN=/lib/raceblk/images
+
+# select_disk: DISK, the disk raceblk makes (raceblk0), or with
+# backend=scsi the disk sd makes of its LUN (sda: no other SCSI disk);
+# PART, what comes between its name and a partition number (raceblk0p1,
+# sda1); SCAN, how the kernel's scan line names a partition ("raceblk0: p1"
+# but "sda: sda1").
+select_disk() {
+	case " $PARAMS " in
+	*" backend=scsi "*) DISK=sda PART="" SCAN=sda ;;
+	*) DISK=raceblk0 PART=p SCAN=p ;;
+	esac
+}
 
 # poll SECONDS COMMAND...: run COMMAND every 20 ms until it succeeds, for
 # up to SECONDS; fails if it never does.
@@ -92,11 +103,11 @@ step_notify() {
 found_partitions() {
 	local part start size
 
-	for part in "/sys/block/$DISK/${DISK}p"*; do
+	for part in "/sys/block/$DISK/$DISK$PART"[0-9]*; do
 		[ -e "$part" ] || continue
 		read -r start < "$part/start"
 		read -r size < "$part/size"
-		echo "${part##*p} $start $size"
+		echo "${part#"/sys/block/$DISK/$DISK$PART"} $start $size"
 	done | sort -n
 }
 
@@ -113,10 +124,10 @@ device_of() {
 	local nr
 
 	case $1 in
-	disk) echo $DISK ;;
+	disk) echo "$DISK" ;;
 	part)
 		nr=$(golden_partitions | awk 'NR == 1 { print $1 }')
-		echo "$DISK${nr:+p$nr}"
+		echo "$DISK${nr:+$PART$nr}"
 		;;
 	*) echo "$1" ;;
 	esac
@@ -150,7 +161,7 @@ step_partitions() {
 
 	golden_partitions > /tmp/expected.table
 	found_partitions > /tmp/found.table
-	awk -v p="${DISK}p" 'index($4, p) == 1 { print substr($4, length(p) + 1), $3 }' \
+	awk -v p="$DISK$PART" 'index($4, p) == 1 && length($4) > length(p) { print substr($4, length(p) + 1), $3 }' \
 		/proc/partitions > /tmp/found.kib
 	differences=$(table_differences /tmp/expected.table /tmp/found.table /tmp/found.kib)
 	if [ -n "$differences" ]; then
@@ -169,9 +180,9 @@ step_partitions() {
 step_data() {
 	local devices stamped problems
 
-	awk -v d="/dev/$DISK" '{ print ($1 ? d "p" $1 : d), $2 }' \
+	awk -v d="/dev/$DISK" -v p="$PART" '{ print ($1 ? d p $1 : d), $2 }' \
 		"$GOLDEN/$IMAGE.sums" > /tmp/want.md5
-	awk -v d="/dev/$DISK" 'NF > 2 { dev = $1 ? d "p" $1 : d; $1 = $2 = ""; sub(/^ +/, ""); print dev, $0 }' \
+	awk -v d="/dev/$DISK" -v p="$PART" 'NF > 2 { dev = $1 ? d p $1 : d; $1 = $2 = ""; sub(/^ +/, ""); print dev, $0 }' \
 		"$GOLDEN/$IMAGE.sums" > /tmp/want.stamp
 	devices=$(cut -d' ' -f1 /tmp/want.md5)
 	stamped=$(cut -d' ' -f1 /tmp/want.stamp)
@@ -210,7 +221,7 @@ step_no_partitions() {
 
 	found=$(found_partitions)
 	grep " $DISK" /proc/partitions
-	[ -e /sys/block/$DISK ] || { echo "no $DISK"; return 1; }
+	[ -e /sys/block/"$DISK" ] || { echo "no $DISK"; return 1; }
 	if [ -n "$found" ]; then
 		echo "partitions found:"
 		echo "$found"
@@ -221,17 +232,17 @@ step_no_partitions() {
 
 # open_disk: open the whole disk and read its first sector.
 step_open_disk() {
-	dd if=/dev/$DISK of=/dev/null bs=512 count=1 2>&1 | head -n 1
+	dd if=/dev/"$DISK" of=/dev/null bs=512 count=1 2>&1 | head -n 1
 }
 
 # rereadpt: ask the kernel to scan the partition table again (BLKRRPART).
 step_rereadpt() {
-	blockdev --rereadpt /dev/$DISK && echo "BLKRRPART on $DISK: OK"
+	blockdev --rereadpt /dev/"$DISK" && echo "BLKRRPART on $DISK: OK"
 }
 
 # no_disk: the disk and its partitions are gone.
 step_no_disk() {
-	if [ -e /sys/block/$DISK ] || grep -q " $DISK" /proc/partitions; then
+	if [ -e /sys/block/"$DISK" ] || grep -q " $DISK" /proc/partitions; then
 		echo "$DISK still present:"
 		grep " $DISK" /proc/partitions
 		return 1
@@ -260,9 +271,9 @@ scan_line() {
 step_scanned_in_init() {
 	local expected scan found fail
 
-	expected=$(golden_partitions | awk '{ printf " p%s", $1 }')
+	expected=$(golden_partitions | awk -v s="$SCAN" '{ printf " %s%s", s, $1 }')
 	scan=$(scan_line)
-	found=$(echo "${scan#*:}" | sed 's/^\[[ 0-9.]*\]  [^:]*://' | grep -o 'p[0-9]*' |
+	found=$(echo "${scan#*:}" | sed 's/^\[[ 0-9.]*\]  [^:]*://' | grep -o "${SCAN}[0-9]*" |
 		awk '{ printf " %s", $1 }')
 	fail=$(dmesg | grep -n "raceblk: failing init at" | head -n 1)
 	echo "scan: ${scan#*:}"
@@ -274,11 +285,24 @@ step_scanned_in_init() {
 
 # not_scanned: the kernel never listed partitions of the disk.
 step_not_scanned() {
-	if dmesg | grep " $DISK: p"; then
+	if dmesg | grep " $DISK: $SCAN"; then
 		echo "partitions of $DISK were scanned"
 		return 1
 	fi
 	echo "no partition scan of $DISK in the kernel log"
+}
+
+# sd_attached: raceblk backend=scsi scanned its host during init and sd
+# bound to its LUN before init went on (raceblk logs which).
+step_sd_attached() {
+	local line
+
+	line=$(dmesg | grep -E 'raceblk: host[0-9]+: scanned, sd ' | head -n 1)
+	echo "${line:-no scan line from raceblk}"
+	case $line in
+	*"sd attached") ;;
+	*) return 1 ;;
+	esac
 }
 
 # refused=MODULE: try_module_get() refused MODULE during its init, with
@@ -518,7 +542,7 @@ step_holder_open() {
 	HELD_DEV=$dev
 	# Partition number for the checksum table: 0 is the whole disk.
 	HELD_NR=0
-	case $dev in *p[0-9]*) HELD_NR=${dev##*p} ;; esac
+	case $dev in "$DISK$PART"[0-9]*) HELD_NR=${dev#"$DISK$PART"} ;; esac
 	HELD_BYTES=$(blockdev --getsize64 "/dev/$dev" 2>/dev/null || echo 0)
 	expect_answer open "$expected" "$(holder_ask open "/dev/$dev")"
 }
@@ -604,13 +628,13 @@ step_churn_done() {
 
 # read_bg: an O_DIRECT read of the disk's first 4 KiB, in the background.
 step_read_bg() {
-	dd if=/dev/$DISK of=/tmp/bg.data bs=4096 count=1 iflag=direct 2> /tmp/bg.err &
+	dd if=/dev/"$DISK" of=/tmp/bg.data bs=4096 count=1 iflag=direct 2> /tmp/bg.err &
 	echo $! > /tmp/bg.pid
 	echo "O_DIRECT read of $DISK started in the background"
 }
 
 requests_in_flight() {
-	awk '$1 + $2 > 0 { found = 1 } END { exit !found }' /sys/block/$DISK/inflight 2>/dev/null
+	awk '$1 + $2 > 0 { found = 1 } END { exit !found }' /sys/block/"$DISK"/inflight 2>/dev/null
 }
 
 # inflight: a request of the disk is in flight (up to 10 s for it).
@@ -618,7 +642,7 @@ step_inflight() {
 	local status=0
 
 	poll 10 requests_in_flight || status=1
-	echo "/sys/block/$DISK/inflight (reads writes): $(cat /sys/block/$DISK/inflight 2>&1)"
+	echo "/sys/block/$DISK/inflight (reads writes): $(cat /sys/block/"$DISK"/inflight 2>&1)"
 	return $status
 }
 

@@ -13,6 +13,9 @@
  * (image=, relative to /lib/firmware) and live in memory.  io_delay_ms=
  * completes each request that long after it was queued, so that I/O can be
  * outstanding on purpose.
+ *
+ * backend=blk (the default) is a blk-mq disk of its own (raceblk0);
+ * backend=scsi a SCSI low-level driver whose disk belongs to sd (scsi.c).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -27,28 +30,34 @@
 #include <linux/vmalloc.h>
 
 #include "raceblk.h"
-
-/*
- * The points where init can fail or wait, in the order init reaches them.
- * The names are the values of fail_at= and hold=.
- */
-enum raceblk_point {
-	RACEBLK_NONE,		/* never reached: init runs to the end */
-	RACEBLK_ALLOC,		/* image loaded, nothing visible yet */
-	RACEBLK_BEFORE_ADD_DISK,
-	RACEBLK_AFTER_ADD_DISK,	/* disk and partitions visible */
-	RACEBLK_AFTER_SCAN_IO,	/* init has read its own disk */
-	RACEBLK_LATE,		/* everything done, about to return */
-	RACEBLK_NR_POINTS,
-};
+#include "internal.h"
 
 static const char * const raceblk_point_names[RACEBLK_NR_POINTS] = {
 	[RACEBLK_NONE]			= "none",
 	[RACEBLK_ALLOC]			= "alloc",
 	[RACEBLK_BEFORE_ADD_DISK]	= "before_add_disk",
 	[RACEBLK_AFTER_ADD_DISK]	= "after_add_disk",
+	[RACEBLK_AFTER_SCAN]		= "after_scan",
 	[RACEBLK_AFTER_SCAN_IO]		= "after_scan_io",
 	[RACEBLK_LATE]			= "late",
+};
+
+enum raceblk_backend {
+	RACEBLK_BACKEND_BLK,
+	RACEBLK_BACKEND_SCSI,
+};
+
+static const char * const raceblk_backend_names[] = {
+	[RACEBLK_BACKEND_BLK]	= "blk",
+	[RACEBLK_BACKEND_SCSI]	= "scsi",
+};
+
+/* The points each backend reaches: fail_at= and hold= name one of them. */
+static const unsigned int raceblk_backend_points[] = {
+	[RACEBLK_BACKEND_BLK]	= GENMASK(RACEBLK_NR_POINTS - 1, 0) & ~BIT(RACEBLK_AFTER_SCAN),
+	[RACEBLK_BACKEND_SCSI]	= BIT(RACEBLK_NONE) | BIT(RACEBLK_ALLOC) |
+				  BIT(RACEBLK_BEFORE_ADD_DISK) | BIT(RACEBLK_AFTER_SCAN) |
+				  BIT(RACEBLK_LATE),
 };
 
 /* What init does on failure once the disk was added. */
@@ -83,13 +92,17 @@ static unsigned int g_hold_timeout_ms = 30000;
 module_param_named(hold_timeout_ms, g_hold_timeout_ms, uint, 0444);
 MODULE_PARM_DESC(hold_timeout_ms, "How long init waits at hold before going on, 1..600000. Default: 30000");
 
-static int g_io_delay_ms;
+int g_io_delay_ms;
 module_param_named(io_delay_ms, g_io_delay_ms, int, 0444);
 MODULE_PARM_DESC(io_delay_ms, "Complete each request this long after it is queued, 0..10000. Default: 0");
 
 static char *g_unwind = "clean";
 module_param_named(unwind, g_unwind, charp, 0444);
 MODULE_PARM_DESC(unwind, "Error path once the disk was added: clean (del_gendisk) or leak (leave the disk). Default: clean");
+
+static char *g_backend = "blk";
+module_param_named(backend, g_backend, charp, 0444);
+MODULE_PARM_DESC(backend, "blk (default): a blk-mq disk; scsi: a SCSI host whose disk sd owns");
 
 static char *g_image = "raceblk/mbr-primary.img";
 module_param_named(image, g_image, charp, 0444);
@@ -98,6 +111,9 @@ MODULE_PARM_DESC(image, "Disk image, a firmware path under /lib/firmware, at mos
 static enum raceblk_point g_fail_point;
 static enum raceblk_point g_hold_point;
 static enum raceblk_unwind g_unwind_mode;
+static enum raceblk_backend g_backend_kind;
+/* unwind=leak left something in use that still points at the image. */
+static bool g_leaked;
 static DECLARE_COMPLETION(raceblk_released);
 
 /* Where init is, for the read-only stage parameter. */
@@ -165,13 +181,6 @@ static const struct kernel_param_ops raceblk_release_ops = {
 module_param_cb(release, &raceblk_release_ops, NULL, 0200);
 MODULE_PARM_DESC(release, "Write anything to let init go on from hold");
 
-struct raceblk_dev {
-	void *data;		/* the disk's contents */
-	sector_t capacity;	/* in 512-byte sectors */
-	struct blk_mq_tag_set tag_set;
-	struct gendisk *disk;
-};
-
 /* Per request: completed by a timer when io_delay_ms is set. */
 struct raceblk_cmd {
 	struct hrtimer timer;
@@ -234,6 +243,15 @@ static int raceblk_check_range(const char *param, long long value,
 	return -EINVAL;
 }
 
+static int raceblk_check_point(const char *param, enum raceblk_point point)
+{
+	if (raceblk_backend_points[g_backend_kind] & BIT(point))
+		return 0;
+	pr_err("%s=%s: not a point of backend=%s\n", param,
+	       raceblk_point_names[point], raceblk_backend_names[g_backend_kind]);
+	return -EINVAL;
+}
+
 static int raceblk_parse_params(void)
 {
 	int i;
@@ -255,6 +273,15 @@ static int raceblk_parse_params(void)
 	if (i < 0)
 		return -EINVAL;
 	g_unwind_mode = i;
+
+	i = raceblk_parse_name("backend", g_backend, raceblk_backend_names,
+			       ARRAY_SIZE(raceblk_backend_names));
+	if (i < 0)
+		return -EINVAL;
+	g_backend_kind = i;
+	if (raceblk_check_point("fail_at", g_fail_point) ||
+	    raceblk_check_point("hold", g_hold_point))
+		return -EINVAL;
 
 	if (raceblk_check_range("fail_errno", g_fail_errno, 1, MAX_ERRNO) ||
 	    raceblk_check_range("io_delay_ms", g_io_delay_ms, 0, RACEBLK_MAX_DELAY_MS) ||
@@ -453,28 +480,14 @@ out_put_bdev:
 	return err;
 }
 
-static int __init raceblk_init(void)
+/* The blk-mq backend, from its disk's allocation to its last point. */
+static int raceblk_init_blk(struct raceblk_dev *dev)
 {
-	struct raceblk_dev *dev;
 	int err;
-
-	err = raceblk_parse_params();
-	if (err)
-		return err;
-
-	dev = kzalloc(sizeof(*dev), GFP_KERNEL);
-	if (!dev)
-		return -ENOMEM;
-	err = raceblk_load_image(dev);
-	if (err)
-		goto out_free_dev;
-	err = raceblk_reach(RACEBLK_ALLOC);
-	if (err)
-		goto out_free_data;
 
 	err = raceblk_alloc_disk(dev);
 	if (err)
-		goto out_free_data;
+		return err;
 	err = raceblk_reach(RACEBLK_BEFORE_ADD_DISK);
 	if (err)
 		goto out_free_disk;
@@ -502,24 +515,96 @@ static int __init raceblk_init(void)
 	err = raceblk_reach(RACEBLK_AFTER_SCAN_IO);
 	if (err)
 		goto out_del_disk;
-
 	err = raceblk_reach(RACEBLK_LATE);
 	if (err)
 		goto out_del_disk;
-
-	g_dev = dev;
-	raceblk_set_stage(RACEBLK_STAGE_LIVE, RACEBLK_NONE);
 	return 0;
 
 out_del_disk:
 	if (g_unwind_mode == RACEBLK_UNWIND_LEAK) {
 		pr_warn("unwind=leak: returning %pe, leaving %s behind\n",
 			ERR_PTR(err), dev->disk->disk_name);
+		g_leaked = true;
 		return err;
 	}
 	del_gendisk(dev->disk);
 out_free_disk:
 	raceblk_free_disk(dev);
+	return err;
+}
+
+/*
+ * The SCSI backend: a host whose scan makes sd add the disk and scan its
+ * partitions (after_scan); a failure unwinds as a low-level driver does.
+ */
+static int raceblk_init_scsi(struct raceblk_dev *dev)
+{
+	int err;
+
+	err = raceblk_scsi_alloc(dev);
+	if (err)
+		return err;
+	err = raceblk_reach(RACEBLK_BEFORE_ADD_DISK);
+	if (err)
+		goto out_put_host;
+	err = raceblk_scsi_scan(dev);
+	if (err)
+		goto out_put_host;
+	err = raceblk_reach(RACEBLK_AFTER_SCAN);
+	if (err)
+		goto out_remove_host;
+	err = raceblk_reach(RACEBLK_LATE);
+	if (err)
+		goto out_remove_host;
+	return 0;
+
+out_remove_host:
+	if (g_unwind_mode == RACEBLK_UNWIND_LEAK) {
+		pr_warn("unwind=leak: returning %pe, leaving the SCSI host behind\n",
+			ERR_PTR(err));
+		g_leaked = true;
+		return err;
+	}
+	raceblk_scsi_remove(dev);
+out_put_host:
+	raceblk_scsi_put(dev);
+	return err;
+}
+
+static int __init raceblk_init(void)
+{
+	struct raceblk_dev *dev;
+	int err;
+
+	err = raceblk_parse_params();
+	if (err)
+		return err;
+
+	dev = kzalloc(sizeof(*dev), GFP_KERNEL);
+	if (!dev)
+		return -ENOMEM;
+	err = raceblk_load_image(dev);
+	if (err)
+		goto out_free_dev;
+	err = raceblk_reach(RACEBLK_ALLOC);
+	if (err)
+		goto out_free_data;
+
+	if (g_backend_kind == RACEBLK_BACKEND_SCSI)
+		err = raceblk_init_scsi(dev);
+	else
+		err = raceblk_init_blk(dev);
+	if (err) {
+		/* unwind=leak left the disk or host, and its memory, in use. */
+		if (g_leaked)
+			return err;
+		goto out_free_data;
+	}
+
+	g_dev = dev;
+	raceblk_set_stage(RACEBLK_STAGE_LIVE, RACEBLK_NONE);
+	return 0;
+
 out_free_data:
 	vfree(dev->data);
 out_free_dev:
@@ -529,8 +614,13 @@ out_free_dev:
 
 static void __exit raceblk_exit(void)
 {
-	del_gendisk(g_dev->disk);
-	raceblk_free_disk(g_dev);
+	if (g_backend_kind == RACEBLK_BACKEND_SCSI) {
+		raceblk_scsi_remove(g_dev);
+		raceblk_scsi_put(g_dev);
+	} else {
+		del_gendisk(g_dev->disk);
+		raceblk_free_disk(g_dev);
+	}
 	vfree(g_dev->data);
 	kfree(g_dev);
 }
