@@ -292,6 +292,59 @@ step_not_scanned() {
 	echo "no partition scan of $DISK in the kernel log"
 }
 
+# scsi_scan=sync|async: the SCSI midlayer's scan order for the hosts added
+# from now on (scsi_mod.scan, writable at run time).
+step_scsi_scan() {
+	echo "$1" > /sys/module/scsi_mod/parameters/scan || return 1
+	echo "scsi_mod.scan: $(cat /sys/module/scsi_mod/parameters/scan)"
+}
+
+# scsi_debug=ERRNO: load the in-tree scsi_debug, one 4 MiB disk with 4
+# partitions (it writes their MBR itself): finit_module() gives ERRNO.  The
+# disk is sda.  The loader runs async_synchronize_full() before it returns
+# (scsi_debug does not ask for async probing), so sd's probe is over then.
+step_scsi_debug() {
+	DISK=sda PART="" SCAN=sda
+	modctl_expect "$1" load /lib/modules/scsi_debug.ko num_parts=4 dev_size_mb=4
+}
+
+# sd_partitions=N: sd shows N partitions of sda.
+step_sd_partitions() {
+	local n
+
+	n=$(found_partitions | wc -l)
+	grep ' sda' /proc/partitions
+	echo "sda has $n partitions, expected $1"
+	[ "$n" = "$1" ]
+}
+
+# sd_scan=MODULE:WHEN: when sd's partition scan of sda read the table,
+# against MODULE's notifier events (the notifier step logs them): WHEN is
+# in_init (before MODULE went LIVE), after_init, none (no scan read it:
+# the open was refused), or a,b for either.
+step_sd_scan() {
+	local module=${1%%:*} want=${1#*:} scan live when
+
+	scan=$(dmesg | grep -n '^\[[ 0-9.]*\]  sda: sda1' | head -n 1)
+	live=$(dmesg | grep -n "modnotify: $module LIVE" | head -n 1)
+	echo "scan: ${scan:-none}"
+	echo "live: ${live:-none}"
+	[ -n "$live" ] || return 1
+	when=none
+	[ -z "$scan" ] || when=after_init
+	[ -z "$scan" ] || [ "${scan%%:*}" -gt "${live%%:*}" ] || when=in_init
+	echo "sd read the partitions: $when (expected $want)"
+	case ",$want," in
+	*",$when,"*) ;;
+	*) return 1 ;;
+	esac
+}
+
+# unload_mod=MODULE:ERRNO: delete_module(MODULE, O_NONBLOCK) gives ERRNO.
+step_unload_mod() {
+	modctl_expect "${1#*:}" unload "${1%%:*}"
+}
+
 # sd_attached: raceblk backend=scsi scanned its host during init and sd
 # bound to its LUN before init went on (raceblk logs which).
 step_sd_attached() {
