@@ -172,7 +172,7 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 
 # --- driver ------------------------------------------------------------------
 # Built from a copy so the repository's driver/ never holds objects.
-INTREE_MODULES := drivers/scsi/scsi_debug.ko
+INTREE_MODULES := drivers/scsi/scsi_debug.ko drivers/ata/ata_piix.ko
 DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
 $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage

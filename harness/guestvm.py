@@ -72,18 +72,27 @@ class Machine:
 	machine its snapshot was saved on, so cold boots, saves and restores
 	all take their arguments from here."""
 
-	def __init__(self, accel: str, variant: str, kernel: pathlib.Path):
+	def __init__(self, accel: str, variant: str, kernel: pathlib.Path, kind: str = 'microvm',
+		     disk: Optional[pathlib.Path] = None):
 		self.accel, self.variant, self.kernel = accel, variant, kernel
+		self.kind, self.disk = kind, disk
 		# KASAN's shadow and kmemleak's metadata want room.
 		self.memory = 768 if variant.endswith('-debug') else 256
+
+	def board(self) -> List[str]:
+		"""microvm, or pc with DISK on its PIIX3 IDE controller (writes go
+		to a temporary overlay: the image stays as built)."""
+		if self.kind == 'microvm':
+			return ['-M', 'microvm,x-option-roms=off,isa-serial=on,rtc=on']
+		return ['-M', 'pc', '-drive', f'file={qemu_value(self.disk)},format=raw,if=none,id=ide0,snapshot=on',
+			'-device', 'ide-hd,drive=ide0,bus=ide.0']
 
 	def args(self, initrd: pathlib.Path, console: pathlib.Path, ktap_sock: str) -> List[str]:
 		# la57=off: with 5-level paging, 6.1's generic KASAN sometimes
 		# reports a "wild-memory-access" in __common_interrupt() at boot
 		# (2 of 30 debug boots; 0 of 30 with 4-level paging).
 		return ['-accel', self.accel, '-cpu', 'max,la57=off', '-m', str(self.memory), '-smp', '1',
-			'-M', 'microvm,x-option-roms=off,isa-serial=on,rtc=on',
-			'-no-reboot', '-display', 'none', '-nodefaults',
+			*self.board(), '-no-reboot', '-display', 'none', '-nodefaults',
 			'-chardev', f'file,id=console,path={qemu_value(console)}', '-serial', 'chardev:console',
 			'-chardev', f'socket,id=ktap,path={qemu_value(ktap_sock)}',
 			'-device', 'isa-serial,chardev=ktap,index=1',

@@ -110,8 +110,11 @@ def row_errors(row: Row, known: Known) -> Iterator[str]:
 		yield '"all" with other variants'
 	if row.image not in ('all', 'any') and row.image not in known.images:
 		yield f'unknown image "{row.image}" (images/*.parted, images/*.patch, all, any)'
-	yield from word_errors(row.params, PARAM_RE, known.params, 'param "{}": NAME=VALUE',
+	yield from word_errors(row.params, PARAM_RE, known.params | {'machine'}, 'param "{}": NAME=VALUE',
 			       'unknown raceblk parameter "{}" (module_param in driver/main.c)')
+	for param in row.params:
+		if param.startswith('machine=') and param[len('machine='):] not in MACHINES:
+			yield f'unknown machine "{param[len("machine="):]}" ({", ".join(MACHINES)})'
 	if row.console != '-':
 		try:
 			re.compile(row.console)
@@ -149,6 +152,10 @@ def variant_errors(variants: List[str], known: Known) -> List[str]:
 
 
 DEFAULT_IMAGE = 'mbr-primary'
+# The machines a row can ask for with machine=NAME in its params column
+# (the runner's, not raceblk's): microvm, the default, or QEMU's pc with
+# the row's image as an IDE disk on its PIIX3 controller.
+MACHINES = ('microvm', 'pc-ide')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,6 +168,7 @@ class Scenario:
 	console: str
 	steps: Tuple[str, ...]
 	line: int
+	machine: str = 'microvm'
 
 	@property
 	def name(self) -> str:
@@ -189,12 +197,14 @@ def row_images(row: Row, own_image: Optional[str], top: pathlib.Path = TOP) -> L
 
 
 def resolve(row: Row, variant: str, image: str) -> Scenario:
-	"""The row as the guest runs it: the image named in params unless they name one."""
-	params = row.params
+	"""The row as the guest runs it: the image named in params unless they
+	name one, the machine taken out of them."""
+	machine = next((p.split('=', 1)[1] for p in row.params if p.startswith('machine=')), MACHINES[0])
+	params = tuple(p for p in row.params if not p.startswith('machine='))
 	if not any(p.startswith('image=') for p in params):
 		params = (f'image=raceblk/{image}.img',) + params
 	return Scenario(variant=variant, id=row.id, image=image, params=params,
-			console=row.console, steps=row.steps, line=row.line)
+			console=row.console, steps=row.steps, line=row.line, machine=machine)
 
 
 def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] = None,

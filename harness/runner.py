@@ -214,6 +214,12 @@ def initramfs_of(variant: str) -> pathlib.Path:
 	return BUILD / 'initramfs' / f'{variant}.cpio'
 
 
+def disk_of(image: str) -> pathlib.Path:
+	"""IMAGE as a disk QEMU attaches (machine=pc-ide): built, or brought."""
+	own = BUILD / 'byo' / image / f'{image}.img'
+	return own if image.startswith('byo-') else BUILD / 'images' / f'{image}.img'
+
+
 def image_archive(image: str) -> pathlib.Path:
 	return BUILD / 'initramfs/images' / f'{image}.cpio.gz'
 
@@ -234,6 +240,9 @@ def check_built(scenarios: List[Scenario], variants: List[str]) -> None:
 	for image in sorted({s.image for s in scenarios}):
 		if not image_archive(image).is_file():
 			raise Refusal(f"no archive of image '{image}' under build/: run 'make initramfs'")
+	for image in sorted({s.image for s in scenarios if s.machine != 'microvm'}):
+		if not disk_of(image).is_file():
+			raise Refusal(f"no disk image '{image}' under build/: run 'make images'")
 	if not shutil.which(guestvm.QEMU):
 		raise Refusal(f'{guestvm.QEMU} not found: apt-get install qemu-system-x86')
 
@@ -256,8 +265,12 @@ class Runner:
 		self.snapshots: Dict[str, pathlib.Path] = {}
 		self.print_lock = threading.Lock()
 
-	def machine(self, variant: str, accel: Optional[str] = None) -> guestvm.Machine:
-		return guestvm.Machine(accel or self.accel, variant, kernel_of(variant))
+	def machine(self, variant: str, accel: Optional[str] = None,
+		    scenario: Optional[Scenario] = None) -> guestvm.Machine:
+		if scenario is None or scenario.machine == 'microvm':
+			return guestvm.Machine(accel or self.accel, variant, kernel_of(variant))
+		return guestvm.Machine(accel or self.accel, variant, kernel_of(variant), scenario.machine,
+				       disk_of(scenario.image))
 
 	def message(self, scenario: Scenario, archive: bytes = b'') -> bytes:
 		return guestvm.scenario_message(scenario.variant, scenario.id, scenario.image,
@@ -321,8 +334,10 @@ class Runner:
 		"""Per variant, snapshot restores or cold boots; saves the
 		snapshots wanted, in parallel."""
 		counts: Dict[str, int] = {}
+		# Snapshots are of microvm guests; other machines boot cold.
 		for scenario in self.scenarios:
-			counts[scenario.variant] = counts.get(scenario.variant, 0) + 1
+			if scenario.machine == 'microvm':
+				counts[scenario.variant] = counts.get(scenario.variant, 0) + 1
 		wanted = [v for v, n in counts.items()
 			  if self.opts.boot == 'snapshot' or (self.opts.boot == 'auto' and n >= SNAPSHOT_MIN)]
 		with concurrent.futures.ThreadPoolExecutor(max(1, min(len(wanted), self.opts.jobs))) as pool:
@@ -330,7 +345,7 @@ class Runner:
 				if why:
 					print(f'harness: cannot save a snapshot of {variant}; cold boots instead. {why}',
 					      file=sys.stderr)
-		kinds = {v in self.snapshots for v in counts}
+		kinds = {s.variant in self.snapshots and s.machine == 'microvm' for s in self.scenarios}
 		return {frozenset([True]): 'snapshots', frozenset([False]): 'cold boots'}.get(
 			frozenset(kinds), 'snapshots and cold boots')
 
@@ -341,12 +356,13 @@ class Runner:
 		return base if self.opts.repeat == 1 else base / f'run-{k}'
 
 	def boot(self, scenario: Scenario, workdir: pathlib.Path) -> str:
-		snapshot = self.snapshots.get(scenario.variant)
+		snapshot = self.snapshots.get(scenario.variant) if scenario.machine == 'microvm' else None
 		if snapshot is None:
 			initrd = workdir / 'initrd'
 			write_initrd(scenario.variant, scenario.image, initrd)
 			try:
-				return guestvm.run_scenario(self.machine(scenario.variant), workdir, self.sockdir,
+				return guestvm.run_scenario(self.machine(scenario.variant, scenario=scenario),
+							    workdir, self.sockdir,
 							    initrd, self.message(scenario), self.opts.timeout)
 			finally:
 				initrd.unlink(missing_ok=True)

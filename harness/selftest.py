@@ -404,6 +404,7 @@ class Input(unittest.TestCase):
 		('none | vanilla | nosuch | - | - | load=OK', 'unknown image "nosuch"'),
 		('none | vanilla | any | - | BUG: ( | load=OK', 'console regex "BUG: ("'),
 		('none | vanilla | any | fail_a=none | - | load=OK', 'unknown raceblk parameter "fail_a"'),
+		('none | vanilla | any | machine=q35 | - | load=OK', 'unknown machine "q35"'),
 		('none | vanilla | any | - | - | load=*', 'step "load=*": NAME or NAME=ARG'),
 		('none | vanilla | any | - | - | load=OK\nnone | all | any | - | - | load=OK',
 		 'none on vanilla again (first at line 1)'))

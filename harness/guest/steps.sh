@@ -308,6 +308,15 @@ step_scsi_debug() {
 	modctl_expect "$1" load /lib/modules/scsi_debug.ko num_parts=4 dev_size_mb=4
 }
 
+# ata_piix=ERRNO: load libata's PIIX driver (QEMU's pc machine has the
+# scenario's image as its IDE disk, machine=pc-ide): finit_module() gives
+# ERRNO.  The disk is sda.  libata probes its ports asynchronously; the
+# loader waits for that before it returns.
+step_ata_piix() {
+	DISK=sda PART="" SCAN=sda
+	modctl_expect "$1" load /lib/modules/ata_piix.ko
+}
+
 # sd_partitions=N: sd shows N partitions of sda.
 step_sd_partitions() {
 	local n
