@@ -57,7 +57,7 @@ DEB_PACKAGES := linux-source-6.1 gcc make libc6-dev bc bison flex libelf-dev \
 # And the commands make check needs, with their packages (a command may
 # come from elsewhere: nodesource's nodejs carries npm).
 CHECK_COMMANDS := shellcheck:shellcheck python3:python3 pyflakes3:pyflakes3 \
-	xmllint:libxml2-utils node:nodejs npm:npm
+	xmllint:libxml2-utils node:nodejs npm:npm parted:parted gcc:gcc
 
 KERNELS := $(foreach v,$(VARIANTS),$(BUILD)/kernel/$(v)/obj/arch/x86/boot/bzImage)
 MODULES := $(foreach v,$(VARIANTS),$(BUILD)/driver/$(v)/raceblk.ko)

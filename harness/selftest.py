@@ -464,6 +464,77 @@ class OwnImage(Case):
 		self.assertRegex(done.stderr, r'--image .*tiny.img: parted .*; give its partition table with --expected')
 
 
+@unittest.skipUnless(shutil.which('parted') and shutil.which('gcc'), 'needs parted and gcc')
+class ImgPatch(unittest.TestCase):
+	"""images/imgpatch, built with ASan and UBSan, against hostile patch
+	files: each is refused with a message, leaves the image as it was,
+	and makes no sanitizer report."""
+
+	# Commands (one patch file each) and what the refusal says.
+	HOSTILE = (
+		(['le32 99999999999999999:0 1'], 'is outside the'),
+		(['le32 -99999999999999999:0 1'], 'is outside the'),
+		(['le32 -9223372036854775808:0 1'], 'is outside the'),
+		(['le64 0:18446744073709551615 1'], 'is outside the'),
+		(['zero 0:0 18446744073709551615'], 'is outside the'),
+		(['zero 1:0 0x10000000000000000'], 'is not a number'),
+		(['bytes -1:511 00 00'], 'is outside the'),
+		(['bytes 0:0 00 zz'], "'zz' is not a hex byte"),
+		(['le16 0:0 65536'], 'does not fit in le16'),
+		(['le32 1:84 1', 'gpt-crc'], 'entry size 1 is not a multiple of 8'),
+		(['le32 1:84 0', 'gpt-guids x'], 'entry size 0 is not a multiple of 8'),
+		(['le32 1:84 0x80000000', 'gpt-guids x'], 'entry array is outside the image'),
+		(['le32 1:80 0xffffffff', 'gpt-crc'], 'entry array is outside the image'),
+		(['le64 1:72 0x0100000000000000', 'gpt-crc'], 'entry array is outside the image'),
+		(['le64 1:72 0xffffffffffffffff', 'gpt-guids x'], 'entry array is outside the image'),
+		(['le64 1:32 0xffffffffffffffff', 'gpt-crc'], 'no backup GPT header'),
+		(['le64 1:32 0x0080000000000000', 'gpt-crc'], 'no backup GPT header'),
+		(['le32 1:12 4096', 'gpt-crc'], "header's size 4096 is over a sector"),
+		(['bogus 1 2'], "cannot parse 'bogus'"),
+		([' '.join(['bytes 0:0'] + ['00'] * 700)], 'too many words'),
+	)
+
+	@classmethod
+	def setUpClass(cls):
+		cls.tmp = pathlib.Path(tempfile.mkdtemp(prefix='raceblk-imgpatch-'))
+		cls.tool = cls.tmp / 'imgpatch'
+		subprocess.run(['gcc', '-g', '-O1', '-fsanitize=address,undefined', '-fno-sanitize-recover=all',
+				'-Wall', '-Wextra', '-Werror', '-o', str(cls.tool), str(TOP / 'images/imgpatch.c')],
+			       check=True)
+		cls.good = cls.tmp / 'good.img'
+		with open(cls.good, 'wb') as f:
+			f.truncate(2 << 20)
+		subprocess.run(['parted', '-s', str(cls.good), 'mklabel', 'gpt', 'mkpart', 'p1', '2048s', '3071s'],
+			       check=True, capture_output=True)
+
+	@classmethod
+	def tearDownClass(cls):
+		shutil.rmtree(cls.tmp, ignore_errors=True)
+
+	def patch(self, commands):
+		image = self.tmp / 'hostile.img'
+		shutil.copyfile(self.good, image)
+		done = subprocess.run([str(self.tool), str(image)], input='\n'.join(commands) + '\n',
+				      capture_output=True, text=True, check=False)
+		return done, image.read_bytes() == self.good.read_bytes()
+
+	def test_good_patch_applies(self):
+		done, same = self.patch(['gpt-guids raceblk', 'le32 0:440 0x1234'])
+		self.assertEqual((done.returncode, done.stderr), (0, ''))
+		self.assertFalse(same)
+
+	def test_hostile_patches_are_refused(self):
+		for commands, message in self.HOSTILE:
+			with self.subTest(commands=commands[0][:40]):
+				done, same = self.patch(commands)
+				self.assertEqual(done.returncode, 1, done.stderr)
+				self.assertIn(message, done.stderr)
+				self.assertRegex(done.stderr, r'^imgpatch: ')
+				self.assertNotIn('Sanitizer', done.stderr)
+				self.assertNotIn('runtime error', done.stderr)
+				self.assertTrue(same, 'the image changed')
+
+
 class Units(unittest.TestCase):
 	"""Pieces without a run."""
 
@@ -505,7 +576,13 @@ class Units(unittest.TestCase):
 
 
 class Summary(unittest.TextTestResult):
-	pass
+	"""Counts what passed: a class whose setUpClass failed ran no test."""
+
+	passed = 0
+
+	def addSuccess(self, test):
+		super().addSuccess(test)
+		self.passed += 1
 
 
 def main() -> int:
@@ -518,7 +595,7 @@ def main() -> int:
 	result = runner.run(suite)
 	failed = len(result.failures) + len(result.errors) + len(result.unexpectedSuccesses)
 	skipped = len(result.skipped)
-	print(f'{result.testsRun - failed - skipped} passed, {failed} failed, {skipped} skipped')
+	print(f'{result.passed} passed, {failed} failed, {skipped} skipped')
 	return 1 if failed else 0
 
 

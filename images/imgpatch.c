@@ -18,7 +18,9 @@
  *   gpt-crc                    recompute both GPT tables' CRCs only
  *
  * `#` starts a comment.  The image never grows: a location past its end is
- * an error, and nothing is written unless every command parses.
+ * an error, and nothing is written unless every command parses.  Every
+ * offset and size is computed with overflow checks: a hostile patch file
+ * is refused with a message, never applied in part.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -39,6 +41,8 @@
 #define GPT_ENTRIES_CRC	88
 #define GPT_HEADER_SIZE	12
 #define GPT_ENTRY_GUID	16
+/* UEFI: an entry is 128 << n bytes; what we write of one must fit in it. */
+#define GPT_MIN_ENTRY	128
 
 static unsigned char *image;
 static size_t image_size;
@@ -82,8 +86,16 @@ static unsigned char hex_byte(const char *s)
 	return b;
 }
 
+/* OFFSET + LENGTH bytes lie inside the image (no wrap-around). */
+static bool inside(uint64_t offset, uint64_t length)
+{
+	uint64_t end;
+
+	return !__builtin_add_overflow(offset, length, &end) && end <= image_size;
+}
+
 /* location "SECTOR:BYTE" -> byte offset, with LENGTH bytes inside the image. */
-static size_t location(const char *s, size_t length)
+static size_t location(const char *s, uint64_t length)
 {
 	long long sector;
 	uint64_t byte, offset;
@@ -94,11 +106,11 @@ static size_t location(const char *s, size_t length)
 	if (errno || end == s || *end != ':')
 		die("'%s' is not a SECTOR:BYTE location", s);
 	byte = number(end + 1);
-	if (sector < 0)
+	if (sector < 0 && -(sector + 1) < (long long)(image_size / SECTOR))
 		sector += image_size / SECTOR;
-	offset = (uint64_t)sector * SECTOR + byte;
-	if (sector < 0 || offset + length > image_size || offset + length < offset)
-		die("%s (+%zu bytes) is outside the %zu-byte image", s, length, image_size);
+	if (sector < 0 || __builtin_mul_overflow((uint64_t)sector, SECTOR, &offset) ||
+	    __builtin_add_overflow(offset, byte, &offset) || !inside(offset, length))
+		die("%s (+%" PRIu64 " bytes) is outside the %zu-byte image", s, length, image_size);
 	return offset;
 }
 
@@ -144,18 +156,29 @@ static void derive_guid(unsigned char guid[16], const char *seed, unsigned int i
 	guid[8] = (guid[8] & 0x3f) | 0x80;	/* RFC 4122 variant */
 }
 
-/* The GPT header at LBA, checked enough that patching it cannot overrun. */
+/*
+ * The GPT header at LBA, checked enough that patching it cannot overrun:
+ * the header in a sector of the image, its entry array inside the image,
+ * each entry at least GPT_MIN_ENTRY bytes.
+ */
 static size_t gpt_header(uint64_t lba, const char *which)
 {
-	size_t hdr = lba * SECTOR, entries;
-	uint64_t bytes;
+	uint64_t hdr, entries, bytes, size = 0;
 
-	if (lba == 0 || hdr + SECTOR > image_size || memcmp(image + hdr, "EFI PART", 8))
+	if (lba == 0 || __builtin_mul_overflow(lba, SECTOR, &hdr) || !inside(hdr, SECTOR) ||
+	    memcmp(image + hdr, "EFI PART", 8))
 		die("no %s GPT header at LBA %" PRIu64, which, lba);
-	entries = get_le(hdr + GPT_ENTRIES_LBA, 8) * SECTOR;
-	bytes = get_le(hdr + GPT_NR_ENTRIES, 4) * get_le(hdr + GPT_ENTRY_SIZE, 4);
-	if (get_le(hdr + GPT_HEADER_SIZE, 4) > SECTOR || entries + bytes > image_size)
-		die("the %s GPT header at LBA %" PRIu64 " is not one to patch", which, lba);
+	if (get_le(hdr + GPT_HEADER_SIZE, 4) > SECTOR)
+		die("the %s GPT header's size %" PRIu64 " is over a sector", which,
+		    get_le(hdr + GPT_HEADER_SIZE, 4));
+	size = get_le(hdr + GPT_ENTRY_SIZE, 4);
+	if (size < GPT_MIN_ENTRY || size % 8)
+		die("the %s GPT header's entry size %" PRIu64 " is not a multiple of 8 from %d",
+		    which, size, GPT_MIN_ENTRY);
+	if (__builtin_mul_overflow(get_le(hdr + GPT_ENTRIES_LBA, 8), SECTOR, &entries) ||
+	    __builtin_mul_overflow(get_le(hdr + GPT_NR_ENTRIES, 4), size, &bytes) ||
+	    !inside(entries, bytes))
+		die("the %s GPT header's entry array is outside the image", which);
 	return hdr;
 }
 
@@ -226,9 +249,12 @@ static void run(char *line)
 		put_le(location(argv[1], bytes), value, bytes);
 	} else if (argc >= 3 && !strcmp(argv[0], "bytes")) {
 		size_t offset = location(argv[1], argc - 2);
+		unsigned char bytes[sizeof(argv) / sizeof(argv[0])];
 
+		/* Every byte parses before the first is stored. */
 		for (int i = 2; i < argc; i++)
-			image[offset + i - 2] = hex_byte(argv[i]);
+			bytes[i - 2] = hex_byte(argv[i]);
+		memcpy(image + offset, bytes, argc - 2);
 	} else if (argc == 3 && !strcmp(argv[0], "zero")) {
 		size_t length = number(argv[2]);
 
