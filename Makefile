@@ -38,10 +38,12 @@ export CCACHE_SLOPPINESS := time_macros,file_stat_matches,file_stat_matches_ctim
 export KBUILD_BUILD_TIMESTAMP := Wed Jan 15 19:24:20 UTC 2003
 export KBUILD_BUILD_USER := raceblk
 export KBUILD_BUILD_HOST := raceblk
-# A variant NAME-debug is NAME's patched tree built with debug.config too.
-series_of = $(patsubst %-debug,%,$(1))
+# A variant SERIES-FRAGMENT is SERIES's patched tree built with
+# kernel-patches/config/FRAGMENT.config on top of base.config: NAME-debug
+# (the checkers), NAME-sdmod (sd as a module).
+series_of = $(firstword $(subst -, ,$(1)))
 fragments_of = kernel-patches/config/base.config \
-	$(if $(filter %-debug,$(1)),kernel-patches/config/debug.config)
+	$(patsubst %,kernel-patches/config/%.config,$(wordlist 2,9,$(subst -, ,$(1))))
 
 # ccache makes source paths relative (CCACHE_BASEDIR): the compiler sees
 # ../src/kernel/module/main.c; map that back so that WARN and BUG lines
@@ -172,7 +174,7 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 
 # --- driver ------------------------------------------------------------------
 # Built from a copy so the repository's driver/ never holds objects.
-INTREE_MODULES := drivers/scsi/scsi_debug.ko drivers/ata/ata_piix.ko
+INTREE_MODULES := drivers/scsi/scsi_debug.ko drivers/ata/ata_piix.ko drivers/scsi/sd_mod.ko
 DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
 $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
@@ -181,8 +183,10 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/b
 	@cp $(DRIVER_SOURCES) $(@D)/
 	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$*/obj \
 		CC="ccache gcc" W=1
-	@# In-tree modules the guest loads too, beside ours.
-	@cp $(addprefix $(BUILD)/kernel/$*/obj/,$(INTREE_MODULES)) $(@D)/
+	@# In-tree modules the guest loads too, beside ours (sd_mod: -sdmod only).
+	@for m in $(addprefix $(BUILD)/kernel/$*/obj/,$(INTREE_MODULES)); do \
+		[ ! -f "$$m" ] || cp "$$m" $(@D)/; \
+	done
 
 # --- images and guest --------------------------------------------------------
 IMGPATCH := $(BUILD)/tools/imgpatch

@@ -77,7 +77,7 @@ class Machine:
 		self.accel, self.variant, self.kernel = accel, variant, kernel
 		self.kind, self.disk = kind, disk
 		# KASAN's shadow and kmemleak's metadata want room.
-		self.memory = 768 if variant.endswith('-debug') else 256
+		self.memory = 768 if 'debug' in variant.split('-')[1:] else 256
 
 	def board(self) -> List[str]:
 		"""microvm, or pc with DISK on its PIIX3 IDE controller (writes go

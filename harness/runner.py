@@ -646,3 +646,6 @@ def entry(argv: List[str]) -> int:
 	except Refusal as refusal:
 		print(f'harness: {refusal}', file=sys.stderr)
 		return 2
+	except BrokenPipeError:		# harness/run --list | head
+		os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+		return 0

@@ -630,12 +630,18 @@ step_holder_close() {
 
 # refcnt=N: raceblk's reference count.
 step_refcnt() {
+	step_mod_refcnt "raceblk:$1"
+}
+
+# mod_refcnt=MODULE:N: MODULE's reference count is N.
+step_mod_refcnt() {
 	local got
 
-	got=$(cat /sys/module/raceblk/refcnt 2>&1)
-	echo "/sys/module/raceblk/refcnt: $got, expected $1"
-	[ "$got" = "$1" ]
+	got=$(cat "/sys/module/${1%%:*}/refcnt" 2>&1)
+	echo "/sys/module/${1%%:*}/refcnt: $got, expected ${1#*:}"
+	[ "$got" = "${1#*:}" ]
 }
+
 
 # process_settled PID COMM: PID has exited, or an oops killed it.
 process_settled() {
