@@ -80,20 +80,62 @@ static char *g_fail_at = "none";
 module_param_named(fail_at, g_fail_at, charp, 0444);
 MODULE_PARM_DESC(fail_at, "Point where init fails: none, alloc, before_add_disk, after_add_disk, after_scan_io, late. Default: none");
 
+/*
+ * Integer parameters, as null_blk takes them: base 10 only ("010" is ten,
+ * "0x10" is refused), within bounds, or the load fails with EINVAL and a
+ * pr_err naming the parameter.
+ */
+struct raceblk_int_param {
+	int *value;
+	int min, max;
+};
+
+static int raceblk_int_set(const char *val, const struct kernel_param *kp)
+{
+	const struct raceblk_int_param *p = kp->arg;
+	int v;
+
+	if (kstrtoint(val, 10, &v) || v < p->min || v > p->max) {
+		pr_err("%s=%s: must be %d..%d, in base 10\n", kp->name, val, p->min, p->max);
+		return -EINVAL;
+	}
+	*p->value = v;
+	return 0;
+}
+
+static int raceblk_int_get(char *buffer, const struct kernel_param *kp)
+{
+	const struct raceblk_int_param *p = kp->arg;
+
+	return sysfs_emit(buffer, "%d\n", *p->value);
+}
+
+static const struct kernel_param_ops raceblk_int_ops = {
+	.set = raceblk_int_set,
+	.get = raceblk_int_get,
+};
+
+#define raceblk_int_param(name, var, min, max)					\
+	static struct raceblk_int_param raceblk_##name##_param = {		\
+		&(var), (min), (max)						\
+	};									\
+	module_param_cb(name, &raceblk_int_ops, &raceblk_##name##_param, 0444)
+
 static int g_fail_errno = EIO;
-module_param_named(fail_errno, g_fail_errno, int, 0444);
-MODULE_PARM_DESC(fail_errno, "Positive errno init fails with at fail_at. Default: 5 (EIO)");
+/* Errnos userspace can see: the kernel's own (ERESTARTSYS...) are 512 up. */
+raceblk_int_param(fail_errno, g_fail_errno, 1, EHWPOISON);
+MODULE_PARM_DESC(fail_errno, "Positive errno init fails with at fail_at, 1..133 (EHWPOISON). Default: 5 (EIO)");
 
 static char *g_hold = "none";
 module_param_named(hold, g_hold, charp, 0444);
 MODULE_PARM_DESC(hold, "Point where init waits for the release parameter (names as fail_at). Default: none");
 
-static unsigned int g_hold_timeout_ms = 30000;
-module_param_named(hold_timeout_ms, g_hold_timeout_ms, uint, 0444);
+static int g_hold_timeout_ms = 30000;
+raceblk_int_param(hold_timeout_ms, g_hold_timeout_ms, 1, RACEBLK_MAX_HOLD_MS);
 MODULE_PARM_DESC(hold_timeout_ms, "How long init waits at hold before going on, 1..600000. Default: 30000");
 
 int g_io_delay_ms;
-module_param_named(io_delay_ms, g_io_delay_ms, int, 0444);
+raceblk_int_param(io_delay_ms, g_io_delay_ms, 0, RACEBLK_MAX_DELAY_MS);
 MODULE_PARM_DESC(io_delay_ms, "Complete each request this long after it is queued, 0..10000. Default: 0");
 
 static char *g_unwind = "clean";
@@ -189,21 +231,33 @@ struct raceblk_cmd {
 
 static struct raceblk_dev *g_dev;
 
-static void raceblk_hold(enum raceblk_point point)
+/*
+ * Wait at @point until release is written (at once if it was written
+ * before init got here: a completion remembers), for hold_timeout_ms at
+ * most.  The loading process can be killed meanwhile: init then fails
+ * there with -EINTR (a fatal signal: nobody sees the restart errno).
+ */
+static int raceblk_hold(enum raceblk_point point)
 {
-	unsigned long left;
+	long left;
 
 	raceblk_set_stage(RACEBLK_STAGE_HELD, point);
 	pr_info("init held at %s until release is written\n",
 		raceblk_point_names[point]);
-	left = wait_for_completion_timeout(&raceblk_released,
-					   msecs_to_jiffies(g_hold_timeout_ms));
+	left = wait_for_completion_killable_timeout(&raceblk_released,
+						    msecs_to_jiffies(g_hold_timeout_ms));
+	raceblk_set_stage(RACEBLK_STAGE_AT, point);
+	if (left < 0) {
+		pr_info("hold at %s interrupted by a fatal signal: failing init\n",
+			raceblk_point_names[point]);
+		return -EINTR;
+	}
 	if (left)
 		pr_info("init released at %s\n", raceblk_point_names[point]);
 	else
-		pr_warn("hold at %s timed out after %u ms, going on\n",
+		pr_warn("hold at %s timed out after %d ms, going on\n",
 			raceblk_point_names[point], g_hold_timeout_ms);
-	raceblk_set_stage(RACEBLK_STAGE_AT, point);
+	return 0;
 }
 
 /*
@@ -212,9 +266,16 @@ static void raceblk_hold(enum raceblk_point point)
  */
 static int raceblk_reach(enum raceblk_point point)
 {
+	int err;
+
 	raceblk_set_stage(RACEBLK_STAGE_AT, point);
-	if (point == g_hold_point)
-		raceblk_hold(point);
+	if (point == g_hold_point) {
+		err = raceblk_hold(point);
+		if (err) {
+			raceblk_set_stage(RACEBLK_STAGE_FAILED, point);
+			return err;
+		}
+	}
 	if (point != g_fail_point)
 		return 0;
 	raceblk_set_stage(RACEBLK_STAGE_FAILED, point);
@@ -232,15 +293,6 @@ static int raceblk_parse_name(const char *param, const char *value,
 	if (i < 0)
 		pr_err("%s=%s: unknown value\n", param, value);
 	return i;
-}
-
-static int raceblk_check_range(const char *param, long long value,
-			       long long min, long long max)
-{
-	if (value >= min && value <= max)
-		return 0;
-	pr_err("%s=%lld: must be %lld..%lld\n", param, value, min, max);
-	return -EINVAL;
 }
 
 static int raceblk_check_point(const char *param, enum raceblk_point point)
@@ -281,11 +333,6 @@ static int raceblk_parse_params(void)
 	g_backend_kind = i;
 	if (raceblk_check_point("fail_at", g_fail_point) ||
 	    raceblk_check_point("hold", g_hold_point))
-		return -EINVAL;
-
-	if (raceblk_check_range("fail_errno", g_fail_errno, 1, MAX_ERRNO) ||
-	    raceblk_check_range("io_delay_ms", g_io_delay_ms, 0, RACEBLK_MAX_DELAY_MS) ||
-	    raceblk_check_range("hold_timeout_ms", g_hold_timeout_ms, 1, RACEBLK_MAX_HOLD_MS))
 		return -EINVAL;
 	return 0;
 }

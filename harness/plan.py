@@ -64,8 +64,8 @@ def known_names(top: pathlib.Path = TOP) -> Known:
 			       re.MULTILINE))
 	# The driver's parameters: the kernel ignores a misspelt one (it logs
 	# "unknown parameter"), and the row would run with the defaults.
-	params = set(re.findall(r'^module_param(?:_named|_cb)?\((\w+),', (top / 'driver/main.c').read_text(),
-				re.MULTILINE))
+	params = set(re.findall(r'^(?:module_param(?:_named|_cb)?|raceblk_int_param)\((\w+),',
+				(top / 'driver/main.c').read_text(), re.MULTILINE))
 	# SERIES-FRAGMENT: a series built with kernel-patches/config/FRAGMENT.config too.
 	fragments = {p.stem for p in (top / 'kernel-patches/config').glob('*.config')} - {'base'}
 	return Known(variants=series | {f'{v}-{f}' for v in series for f in fragments}, images=images, steps=steps,

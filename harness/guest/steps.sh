@@ -522,6 +522,51 @@ step_load_bg() {
 	echo "finit_module(raceblk.ko, \"$PARAMS\") started in the background"
 }
 
+# param=NAME:VALUE: raceblk's parameter NAME reads VALUE in sysfs.
+step_param() {
+	local got
+
+	got=$(cat "/sys/module/raceblk/parameters/${1%%:*}" 2>&1)
+	echo "raceblk ${1%%:*}: $got, expected ${1#*:}"
+	[ "$got" = "${1#*:}" ]
+}
+
+# stage=NAME: init has passed the point NAME and is not held there (up
+# to 20 s for it to get there).
+step_stage() {
+	if ! poll 20 stage_is "$1"; then
+		echo "stage: $(cat "$STAGE" 2>&1), expected \"$1\""
+		return 1
+	fi
+	echo "stage: $1"
+}
+
+# kill_load: SIGKILL the process in finit_module() while init is held:
+# init fails there (the hold wait is killable) and the process is gone.
+step_kill_load() {
+	local pid line
+
+	pid=$(cat /tmp/load.pid)
+	kill -9 "$pid"
+	wait "$pid" 2> /dev/null
+	line=$(dmesg | grep -m 1 'raceblk: hold at .* interrupted by a fatal signal')
+	echo "loader killed; ${line:-no \"interrupted by a fatal signal\" line from raceblk}"
+	[ -n "$line" ]
+}
+
+# released_at=POINT: init went on from its hold at POINT because release
+# was written (not at the hold's timeout), as the log says.
+step_released_at() {
+	local line
+
+	line=$(dmesg | grep -m 1 -E "raceblk: (init released|hold) at $1")
+	echo "${line:-no release line for $1}"
+	case $line in
+	*"init released at $1") ;;
+	*) return 1 ;;
+	esac
+}
+
 # load_done=ERRNO: the background load finished with ERRNO.
 step_load_done() {
 	local got
