@@ -522,13 +522,18 @@ step_load_bg() {
 	echo "finit_module(raceblk.ko, \"$PARAMS\") started in the background"
 }
 
-# param=NAME:VALUE: raceblk's parameter NAME reads VALUE in sysfs.
-step_param() {
+# sysfs_expect FILE EXPECTED: FILE reads EXPECTED; say what it read.
+sysfs_expect() {
 	local got
 
-	got=$(cat "/sys/module/raceblk/parameters/${1%%:*}" 2>&1)
-	echo "raceblk ${1%%:*}: $got, expected ${1#*:}"
-	[ "$got" = "${1#*:}" ]
+	got=$(cat "$1" 2>&1)
+	echo "$1: $got, expected $2"
+	[ "$got" = "$2" ]
+}
+
+# param=NAME:VALUE: raceblk's parameter NAME reads VALUE in sysfs.
+step_param() {
+	sysfs_expect "/sys/module/raceblk/parameters/${1%%:*}" "${1#*:}"
 }
 
 # stage=NAME: init has passed the point NAME and is not held there (up
@@ -680,13 +685,8 @@ step_refcnt() {
 
 # mod_refcnt=MODULE:N: MODULE's reference count is N.
 step_mod_refcnt() {
-	local got
-
-	got=$(cat "/sys/module/${1%%:*}/refcnt" 2>&1)
-	echo "/sys/module/${1%%:*}/refcnt: $got, expected ${1#*:}"
-	[ "$got" = "${1#*:}" ]
+	sysfs_expect "/sys/module/${1%%:*}/refcnt" "${1#*:}"
 }
-
 
 # process_settled PID COMM: PID has exited, or an oops killed it.
 process_settled() {
