@@ -426,8 +426,6 @@ def aggregate(scenario: Scenario, runs: List[Dict], repeat: int) -> Dict:
 					     'results', 'crash', 'ktap')})
 	record['seconds'] = round(sum(r['seconds'] for r in runs), 3)
 	record['console_excerpt'] = verdict.crash_excerpt(shown['console']) if first_bad else ''
-	if not first_bad and shown['verdict'] != 'PASS':
-		record['console_excerpt'] = ''
 	if first_bad and not record['console_excerpt']:
 		record['console_excerpt'] = '\n'.join(shown['console'].splitlines()[-20:])
 	if repeat > 1 and shown['reason'] != 'interrupted':

@@ -588,11 +588,8 @@ stage_is() {
 
 # held=POINT: init is waiting at POINT (up to 20 s for it to get there).
 step_held() {
-	if ! poll 20 stage_is "held at $1"; then
-		echo "stage: $(cat "$STAGE" 2>&1), expected \"held at $1\""
-		return 1
-	fi
-	echo "stage: held at $1; module: $(grep '^raceblk ' /proc/modules)"
+	step_stage "held at $1" || return 1
+	echo "module: $(grep '^raceblk ' /proc/modules)"
 }
 
 # release: let init go on from hold.
