@@ -9,8 +9,8 @@
  * point chosen with hold= until the harness writes the release parameter,
  * so a test can open the disk at exactly that moment.
  *
- * The disk's contents come from an image file loaded with request_firmware()
- * (image=, relative to /lib/firmware) and live in memory.  io_delay_ms=
+ * The disk's contents come from an image file read from /lib/firmware/IMAGE
+ * (image=, size-checked before it is read) and live in memory.  io_delay_ms=
  * completes each request that long after it was queued, so that I/O can be
  * outstanding on purpose.
  *
@@ -24,9 +24,10 @@
 #include <linux/blk-mq.h>
 #include <linux/blkdev.h>
 #include <linux/completion.h>
-#include <linux/firmware.h>
 #include <linux/highmem.h>
 #include <linux/hrtimer.h>
+#include <linux/kernel_read_file.h>
+#include <linux/slab.h>
 #include <linux/vmalloc.h>
 
 #include "raceblk.h"
@@ -416,40 +417,44 @@ static const struct block_device_operations raceblk_fops = {
 	.owner		= THIS_MODULE,
 };
 
-/* Copy the image into memory the disk can write to. */
+/*
+ * Read the image into memory the disk can write to.  Not request_firmware():
+ * it reads a file of any size before anyone can look at that size, so an
+ * image larger than the guest's memory ends in the OOM killer.
+ * kernel_read_file() checks the size first (EFBIG over the limit, EINVAL
+ * for an empty file) and allocates exactly that much.
+ */
 static int raceblk_load_image(struct raceblk_dev *dev)
 {
-	const struct firmware *fw;
-	int err;
+	const size_t limit = (size_t)RACEBLK_MAX_IMAGE_MIB << 20;
+	void *data = NULL;
+	ssize_t size;
+	char *path;
 
-	err = request_firmware(&fw, g_image, NULL);
-	if (err) {
-		pr_err("image=%s: cannot load: %pe\n", g_image, ERR_PTR(err));
-		return err;
+	path = kasprintf(GFP_KERNEL, "/lib/firmware/%s", g_image);
+	if (!path)
+		return -ENOMEM;
+	size = kernel_read_file_from_path_initns(path, 0, &data, limit, NULL,
+						 READING_FIRMWARE);
+	kfree(path);
+	if (size == -EFBIG) {
+		pr_err("image=%s: more than the %d MiB the ram backend holds\n",
+		       g_image, RACEBLK_MAX_IMAGE_MIB);
+		return size;
 	}
-	if (fw->size > (size_t)RACEBLK_MAX_IMAGE_MIB << 20) {
-		pr_err("image=%s: %zu bytes, more than the %d MiB the ram backend holds\n",
-		       g_image, fw->size, RACEBLK_MAX_IMAGE_MIB);
-		err = -EFBIG;
-		goto out_release;
+	if (size < 0) {
+		pr_err("image=%s: cannot load: %pe\n", g_image, ERR_PTR(size));
+		return size;
 	}
-	if (!fw->size || fw->size % SECTOR_SIZE) {
-		pr_err("image=%s: size %zu is not a whole number of sectors\n",
-		       g_image, fw->size);
-		err = -EINVAL;
-		goto out_release;
+	if (size % SECTOR_SIZE) {
+		pr_err("image=%s: size %zd is not a whole number of sectors\n",
+		       g_image, size);
+		vfree(data);
+		return -EINVAL;
 	}
-	dev->data = vmalloc(fw->size);
-	if (!dev->data) {
-		pr_err("image=%s: no memory for %zu bytes\n", g_image, fw->size);
-		err = -ENOMEM;
-		goto out_release;
-	}
-	memcpy(dev->data, fw->data, fw->size);
-	dev->capacity = fw->size >> SECTOR_SHIFT;
-out_release:
-	release_firmware(fw);
-	return err;
+	dev->data = data;
+	dev->capacity = size >> SECTOR_SHIFT;
+	return 0;
 }
 
 static int raceblk_alloc_disk(struct raceblk_dev *dev)

@@ -208,11 +208,13 @@ step_data() {
 }
 
 # sparse_image=NAME:MIB: a sparse image of MIB MiB of zeros under
-# /lib/firmware/raceblk/NAME.img (tmpfs keeps it sparse).
+# /lib/firmware/raceblk/NAME.img.  The root is ramfs: a hole costs nothing
+# until something reads it, and then each page read stays in memory, so
+# only stat looks at it here.
 step_sparse_image() {
 	local file=/lib/firmware/raceblk/${1%%:*}.img
 
-	truncate -s "${1#*:}M" "$file" && echo "$file: $(wc -c < "$file") bytes, sparse"
+	truncate -s "${1#*:}M" "$file" && echo "$file: $(stat -c %s "$file") bytes, sparse"
 }
 
 # no_partitions: the disk is there, without partitions.
