@@ -196,7 +196,19 @@ static int raceblk_stage_get(char *buffer, const struct kernel_param *kp)
 	return -EINVAL;
 }
 
+/*
+ * Read-only, yet it needs a set: parse_args() calls ->set of any parameter
+ * named at load time without looking, so "stage=x" without one is a call
+ * through NULL (6.1, every kernel here: fuzz_stage).
+ */
+static int raceblk_stage_set(const char *val, const struct kernel_param *kp)
+{
+	pr_err("stage=%s: read-only, init sets it\n", val);
+	return -EINVAL;
+}
+
 static const struct kernel_param_ops raceblk_stage_ops = {
+	.set = raceblk_stage_set,
 	.get = raceblk_stage_get,
 };
 module_param_cb(stage, &raceblk_stage_ops, NULL, 0444);
