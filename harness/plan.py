@@ -139,13 +139,28 @@ def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]
 				yield row, f'{row.id} on {variant} again (first at line {first.line})'
 
 
-def check(path: pathlib.Path, known: Known) -> List[str]:
+def check(path: pathlib.Path, known: Known, coverage: bool = False) -> List[str]:
+	"""The table's errors; with COVERAGE, also the parameters that no fuzz=
+	step covers (make check asks it of the repository's table)."""
 	rows, parse_errors = parse(path)
 	errors = list(parse_errors)
 	for row in rows:
 		errors += [(row.line, f'{path}:{row.line}: {e}') for e in row_errors(row, known)]
 	errors += [(row.line, f'{path}:{row.line}: {e}') for row, e in duplicate_errors(rows, known)]
+	if coverage:
+		errors += [(0, f'{path}: {e}') for e in fuzz_errors(rows, known)]
 	return [text for _, text in sorted(errors)]
+
+
+def fuzz_errors(rows: List[Row], known: Known) -> Iterator[str]:
+	"""Every raceblk parameter has fuzz= steps, on every default kernel: a
+	parameter added to the driver without them fails the check."""
+	for variant in default_variants():
+		fuzzed = {step[len('fuzz='):].split(':')[0] for row in rows
+			  if 'all' in row.variants or variant in row.variants
+			  for step in row.steps if step.startswith('fuzz=')}
+		for param in sorted(known.params - fuzzed):
+			yield f'raceblk parameter "{param}" has no fuzz= step on {variant}'
 
 
 def variant_errors(variants: List[str], known: Known) -> List[str]:
@@ -227,7 +242,7 @@ def main(argv: List[str]) -> int:
 		return 2
 	path = pathlib.Path(argv[1]) if len(argv) > 1 else HARNESS / 'scenarios'
 	known = known_names()
-	errors = check(path, known) + variant_errors(argv[2:], known)
+	errors = check(path, known, coverage=True) + variant_errors(argv[2:], known)
 	for error in errors:
 		print(error, file=sys.stderr)
 	return 1 if errors else 0

@@ -433,7 +433,17 @@ class Input(unittest.TestCase):
 			self.assertEqual(plan.check(table, plan.known_names()), [])
 
 	def test_scenario_table_is_valid(self):
-		self.assertEqual(plan.check(HARNESS / 'scenarios', plan.known_names()), [])
+		self.assertEqual(plan.check(HARNESS / 'scenarios', plan.known_names(), coverage=True), [])
+
+	def test_parameter_without_fuzz_fails_the_check(self):
+		text = (HARNESS / 'scenarios').read_text()
+		text = re.sub(r'fuzz=io_delay_ms:\S+', 'no_module', text)
+		with tempfile.TemporaryDirectory() as tmp:
+			table = pathlib.Path(tmp) / 'scenarios'
+			table.write_text(text)
+			errors = plan.check(table, plan.known_names(), coverage=True)
+		self.assertTrue(errors)
+		self.assertTrue(all('parameter "io_delay_ms" has no fuzz= step' in e for e in errors), errors)
 
 
 @unittest.skipUnless(shutil.which('parted'), 'needs parted (apt-get install parted)')

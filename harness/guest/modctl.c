@@ -11,6 +11,10 @@
  *   modctl unload NAME [force] [wait]    delete_module(NAME, O_NONBLOCK
  *                                        [| O_TRUNC]); wait drops
  *                                        O_NONBLOCK (rmmod --wait)
+ *   modctl write FILE VALUE              open(FILE, O_WRONLY), then one
+ *                                        write() of VALUE (a sysfs
+ *                                        parameter): the first failure
+ *                                        of the two
  *
  * Exit status: 0 when the call succeeded, 1 when it failed, 2 on bad usage.
  */
@@ -36,7 +40,8 @@ static int report(long ret)
 static int usage(void)
 {
 	fputs("usage: modctl load FILE [PARAM=VALUE ...]\n"
-	      "       modctl unload NAME [force] [wait]\n", stderr);
+	      "       modctl unload NAME [force] [wait]\n"
+	      "       modctl write FILE VALUE\n", stderr);
 	return 2;
 }
 
@@ -96,6 +101,22 @@ static int unload(int argc, char **argv)
 	return report(syscall(SYS_delete_module, argv[0], flags));
 }
 
+/* sysfs takes a store in one write(); the shell's echo hides its errno. */
+static int write_file(int argc, char **argv)
+{
+	ssize_t done;
+	int fd;
+
+	if (argc != 2)
+		return usage();
+	fd = open(argv[0], O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return report(fd);
+	done = write(fd, argv[1], strlen(argv[1]));
+	close(fd);
+	return report(done < 0 ? done : 0);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -104,5 +125,7 @@ int main(int argc, char **argv)
 		return load(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "unload"))
 		return unload(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "write"))
+		return write_file(argc - 2, argv + 2);
 	return usage();
 }
