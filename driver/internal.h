@@ -32,6 +32,9 @@ struct raceblk_dev {
 
 extern int g_io_delay_ms;
 
+bool raceblk_past_end(const struct raceblk_dev *dev, const char *name,
+		      const char *op, u64 sector, u64 sectors);
+
 int raceblk_scsi_alloc(struct raceblk_dev *dev);
 int raceblk_scsi_scan(struct raceblk_dev *dev);
 void raceblk_scsi_remove(struct raceblk_dev *dev);

@@ -350,13 +350,30 @@ static int raceblk_parse_params(void)
 	return 0;
 }
 
+/*
+ * A request for sectors the disk does not have is refused, and said, never
+ * served: the block layer checks a request against its partition, and a
+ * partition the kernel made past the end of the disk lets one through
+ * (gpt-end-before-start).  Written so that no sum can wrap.
+ */
+bool raceblk_past_end(const struct raceblk_dev *dev, const char *name,
+		      const char *op, u64 sector, u64 sectors)
+{
+	if (sector <= dev->capacity && sectors <= dev->capacity - sector)
+		return false;
+	pr_warn_ratelimited("%s: refused %s of %llu sectors at sector %llu: past the end (%llu sectors)\n",
+			    name, op, sectors, sector, (u64)dev->capacity);
+	return true;
+}
+
 static blk_status_t raceblk_transfer(struct raceblk_dev *dev, struct request *rq)
 {
 	loff_t pos = (loff_t)blk_rq_pos(rq) << SECTOR_SHIFT;
 	struct req_iterator iter;
 	struct bio_vec bvec;
 
-	if (blk_rq_pos(rq) + blk_rq_sectors(rq) > dev->capacity)
+	if (raceblk_past_end(dev, rq->q->disk->disk_name, blk_op_str(req_op(rq)),
+			     blk_rq_pos(rq), blk_rq_sectors(rq)))
 		return BLK_STS_IOERR;
 
 	switch (req_op(rq)) {

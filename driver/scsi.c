@@ -107,7 +107,8 @@ static void raceblk_scsi_rw(struct scsi_cmnd *scmd, u64 lba, u32 blocks, bool wr
 	void *at = dev->data + (lba << SECTOR_SHIFT);
 	size_t done;
 
-	if (lba > dev->capacity || blocks > dev->capacity - lba) {
+	if (raceblk_past_end(dev, dev_name(&scmd->device->sdev_gendev),
+			     write ? "WRITE" : "READ", lba, blocks)) {
 		scsi_build_sense(scmd, 0, ILLEGAL_REQUEST, 0x21, 0);	/* LBA out of range */
 		return;
 	}
