@@ -540,6 +540,17 @@ step_probe() {
 	[ -z "$problems" ] || { echo "expected $want; differs:$problems"; return 1; }
 }
 
+# ignored=N: the kernel said it ignored partition N of the disk (the gpt
+# series: "DISK: GPT partition N ends at LBA ..., ignored", or the core's
+# "DISK: pN start ... size ... overflows, ignored").
+step_ignored() {
+	local line
+
+	line=$(dmesg | grep -E "\] $DISK: (GPT partition $1 |p$1 ).*, ignored$" | head -n 1)
+	echo "kernel: ${line:-nothing about ignoring partition $1 of $DISK}"
+	[ -n "$line" ]
+}
+
 # past_end_refused=yes|no: the driver did (or did not) log that it refused
 # a request past the end of its disk.
 step_past_end_refused() {
