@@ -18,9 +18,12 @@ SHELL := /bin/bash
 TOP := $(CURDIR)
 BUILD := $(TOP)/build
 KERNEL_TARBALL ?= /usr/src/linux-source-6.1.tar.xz
-# The default variants: kernel-patches/variants.
-DEFAULT_VARIANTS := $(shell sed 's/#.*//' kernel-patches/variants)
-VARIANTS ?= $(DEFAULT_VARIANTS)
+# The default variants: kernel-patches/variants (+NAME: built for make test,
+# for the rows naming it only).
+VARIANT_WORDS := $(shell sed 's/#.*//' kernel-patches/variants)
+DEFAULT_VARIANTS := $(filter-out +%,$(VARIANT_WORDS))
+ROW_ONLY_VARIANTS := $(patsubst +%,%,$(filter +%,$(VARIANT_WORDS)))
+VARIANTS ?= $(DEFAULT_VARIANTS) $(ROW_ONLY_VARIANTS)
 # Good images come from a parted spec, hostile ones from a good one plus a
 # byte patch.
 IMAGES := $(patsubst images/%.parted,%,$(wildcard images/*.parted)) \
@@ -188,6 +191,92 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/b
 		[ ! -f "$$m" ] || cp "$$m" $(@D)/; \
 	done
 
+# --- modules built for another kernel (the vermagic and modversions rows) --
+# build/driver/V/foreign/NAME.ko, /lib/modules/foreign/ in V's initramfs:
+#   raceblk-vermagic raceblk built against V's configuration with the
+#                    other preemption model (PREEMPT for a PREEMPT_NONE
+#                    kernel, and the reverse): vermagic says so ("preempt")
+#   raceblk-release  the same with another release (LOCALVERSION=-other):
+#                    vermagic starts "6.1.192-other"
+#   raceblk-fixed    raceblk built for fixed, whose struct module is 8
+#                    bytes larger than vanilla's; the same vermagic
+#   raceblk-proto    raceblk built against V's tree where
+#                    blk_mq_end_request() takes an int (a fixture patch):
+#                    another CRC for that symbol under MODVERSIONS
+# Such a tree is only prepared (make modules_prepare, no kernel), with V's
+# Module.symvers; for -proto the one file exporting the changed symbol is
+# compiled too, and its new CRC (genksyms, "#SYMVER" in its .cmd file)
+# replaces the old one there, as a full build of that tree would.
+FOREIGN_vanilla := raceblk-vermagic raceblk-release raceblk-fixed
+FOREIGN_vanilla-modversions := raceblk-vermagic raceblk-release raceblk-proto
+foreign_modules = $(foreach m,$(FOREIGN_$(1)),$(BUILD)/driver/$(1)/foreign/$(m).ko)
+ABI_FIXTURE := kernel-patches/fixtures/blk-mq-end-request-int.patch
+PREP_KMAKE = $(MAKE) --no-print-directory -C $(1) O=$(@D) $(KMAKE_FLAGS) -j$(JOBS)
+
+# prepare_tree SRC [CHANGE]: configure $(@D) as variant $* with CHANGE
+# (shell commands on $(@D)/.config), then modules_prepare it.
+define prepare_tree
+	@rm -rf $(@D) && mkdir -p $(@D)
+	@cp $(BUILD)/kernel/$*/obj/.config $(@D)/.config
+	@$(2)
+	@$(call PREP_KMAKE,$(1)) -s olddefconfig
+	@harness/progress "prepare $(notdir $(@D))" $(@D).log $(call PREP_KMAKE,$(1)) modules_prepare
+	@cp $(BUILD)/kernel/$*/obj/Module.symvers $(@D)/
+endef
+KCONFIG_EDIT = $(BUILD)/kernel/$*/src/scripts/config --file $(@D)/.config
+FLIP_PREEMPT = if grep -q '^CONFIG_PREEMPT=y' $(@D)/.config; then \
+		$(KCONFIG_EDIT) --disable PREEMPT --enable PREEMPT_NONE; \
+	else \
+		$(KCONFIG_EDIT) --disable PREEMPT_NONE --enable PREEMPT; \
+	fi
+
+$(BUILD)/prep/%-vermagic/.prepared: $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
+	$(call prepare_tree,$(BUILD)/kernel/$*/src,$(FLIP_PREEMPT))
+	@touch $@
+
+$(BUILD)/prep/%-release/.prepared: $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
+	$(call prepare_tree,$(BUILD)/kernel/$*/src,$(KCONFIG_EDIT) --set-str LOCALVERSION -other)
+	@touch $@
+
+$(BUILD)/prep/%-proto/.prepared: $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage $(ABI_FIXTURE)
+	@rm -rf $(@D)-src && cp -al $(BUILD)/kernel/$*/src $(@D)-src
+	@patch -s -p1 -d $(@D)-src < $(ABI_FIXTURE)
+	$(call prepare_tree,$(@D)-src,)
+	@$(call PREP_KMAKE,$(@D)-src) -s block/blk-mq.o
+	@crc=$$(sed -n 's/^#SYMVER blk_mq_end_request //p' $(@D)/block/.blk-mq.o.cmd); \
+	old=$$(awk '$$2 == "blk_mq_end_request" { print $$1 }' $(@D)/Module.symvers); \
+	[ -n "$$crc" ] && [ -n "$$old" ] && [ "$$crc" != "$$old" ] || \
+		{ echo "prep: no new CRC for blk_mq_end_request ('$$old' -> '$$crc')" >&2; exit 1; }; \
+	echo "  CRC     blk_mq_end_request $$old -> $$crc ($(notdir $(@D)))"; \
+	awk -v crc="$$crc" 'BEGIN { FS = OFS = "\t" } $$2 == "blk_mq_end_request" { $$1 = crc } 1' \
+		$(@D)/Module.symvers > $(@D)/Module.symvers.new && mv $(@D)/Module.symvers.new $(@D)/Module.symvers
+	@touch $@
+
+# build_raceblk KDIR: raceblk.ko built against KDIR, as $@.  modpost only
+# warns about a symbol the kernel does not export (a PREEMPT module wants
+# preempt_schedule_thunk): the loader is the one to say.
+define build_raceblk
+	@rm -rf $@.d && mkdir -p $@.d
+	@cp $(DRIVER_SOURCES) $@.d/
+	@$(MAKE) --no-print-directory -C $@.d KDIR=$(1) CC="ccache gcc" KBUILD_MODPOST_WARN=1 > $@.log 2>&1 || \
+		{ tail -n 20 $@.log; exit 1; }
+	@cp $@.d/raceblk.ko $@
+	@echo "  FOREIGN $@"
+endef
+
+$(BUILD)/driver/%/foreign/raceblk-vermagic.ko: $(DRIVER_SOURCES) $(BUILD)/prep/%-vermagic/.prepared
+	$(call build_raceblk,$(BUILD)/prep/$*-vermagic)
+
+$(BUILD)/driver/%/foreign/raceblk-release.ko: $(DRIVER_SOURCES) $(BUILD)/prep/%-release/.prepared
+	$(call build_raceblk,$(BUILD)/prep/$*-release)
+
+$(BUILD)/driver/%/foreign/raceblk-proto.ko: $(DRIVER_SOURCES) $(BUILD)/prep/%-proto/.prepared
+	$(call build_raceblk,$(BUILD)/prep/$*-proto)
+
+$(BUILD)/driver/%/foreign/raceblk-fixed.ko: $(BUILD)/driver/fixed/raceblk.ko
+	@mkdir -p $(@D) && cp $< $@
+	@echo "  FOREIGN $@"
+
 # --- images and guest --------------------------------------------------------
 IMGPATCH := $(BUILD)/tools/imgpatch
 export IMGPATCH
@@ -223,7 +312,7 @@ $(BUILD)/guest/%: harness/guest/%.c
 	@echo "  CC      $@ (static)"
 	@gcc -static -s -O2 -Wall -Wextra -Werror -o $@ $<
 
-$(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $(GUEST_BINS) \
+$(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $$(call foreign_modules,$$*) $(GUEST_BINS) \
 		$(wildcard harness/guest/*) harness/mkinitramfs
 	@echo "  CPIO    $@"
 	@harness/mkinitramfs $@ $(<D) $(GUEST_BINS)

@@ -192,9 +192,20 @@ class Scenario:
 		return f'{self.variant}/{self.id}/{self.image}'
 
 
-def default_variants(top: pathlib.Path = TOP) -> List[str]:
+def variant_words(top: pathlib.Path = TOP) -> List[str]:
 	text = (top / 'kernel-patches/variants').read_text()
 	return ' '.join(re.sub(r'#.*', '', line) for line in text.splitlines()).split()
+
+
+def default_variants(top: pathlib.Path = TOP) -> List[str]:
+	"""The kernels every "all" row runs on, race-demo's columns."""
+	return [w for w in variant_words(top) if not w.startswith('+')]
+
+
+def row_only_variants(top: pathlib.Path = TOP) -> List[str]:
+	"""+NAME in kernel-patches/variants: make test runs the rows naming
+	NAME there, never the "all" rows."""
+	return [w[1:] for w in variant_words(top) if w.startswith('+')]
 
 
 def all_images(top: pathlib.Path = TOP) -> List[str]:
@@ -228,10 +239,11 @@ def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] 
 	      top: pathlib.Path = TOP) -> List[Scenario]:
 	"""Every scenario of a valid table, in table order, then variant order."""
 	rows, _ = parse(path)
+	row_only = row_only_variants(top)
 	plan = []
 	for row in rows:
 		for variant in variants:
-			if 'all' in row.variants or variant in row.variants:
+			if ('all' in row.variants and variant not in row_only) or variant in row.variants:
 				plan += [resolve(row, variant, image) for image in row_images(row, own_image, top)]
 	return plan
 

@@ -54,7 +54,7 @@ TABLE = HARNESS / 'scenarios'
 SNAPSHOT_MIN = 3	# a snapshot costs about two boots
 
 USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list] [--matrix N] [--filter GLOBS] '
-	 '[--shard I/N] [--timeout SECONDS] [--repeat N] [--image PATH [--expected FILE]]')
+	 '[--shard I/N] [--timeout SECONDS] [--table FILE] [--repeat N] [--image PATH [--expected FILE]]')
 
 
 class Refusal(Exception):
@@ -94,6 +94,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	parser.add_argument('--shard', type=shard, default=(1, 1), metavar='I/N',
 			    help='every Nth scenario from the Ith')
 	parser.add_argument('--timeout', type=bounded(1, 3600), default=60, metavar='SECONDS')
+	parser.add_argument('--table', default=str(TABLE), metavar='FILE',
+			    help='the scenario table (default: harness/scenarios)')
 	parser.add_argument('--repeat', type=bounded(1, 1000), default=1, metavar='N',
 			    help='boot every scenario N times; runs that disagree are FLAKY')
 	parser.add_argument('--image', type=pathlib.Path, metavar='PATH',
@@ -103,7 +105,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	opts = parser.parse_args(argv)
 	if opts.expected and not opts.image:
 		parser.error('--expected goes with --image')
-	opts.variants = os.environ.get('VARIANTS', '').split() or plan.default_variants()
+	opts.variants = os.environ.get('VARIANTS', '').split() or plan.default_variants() + plan.row_only_variants()
 	opts.own_name = own_image_name(opts.image) if opts.image else None
 	return opts
 
@@ -112,14 +114,15 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 
 def compile_plan(opts: argparse.Namespace) -> List[Scenario]:
 	"""The validated table, expanded, filtered and sharded."""
-	if not TABLE.is_file():
-		raise Refusal(f'no scenario table at {TABLE}')
+	table = pathlib.Path(opts.table)
+	if not table.is_file():
+		raise Refusal(f'no scenario table at {table}')
 	known = plan.known_names()
-	errors = plan.check(TABLE, known) + plan.variant_errors(opts.variants, known)
+	errors = plan.check(table, known) + plan.variant_errors(opts.variants, known)
 	if errors:
 		raise Refusal('\n'.join(errors) + '\nthe scenario table or VARIANTS has errors (above)')
 	globs = opts.filter.split()
-	chosen = [s for s in plan.scenarios(TABLE, opts.variants, opts.own_name)
+	chosen = [s for s in plan.scenarios(table, opts.variants, opts.own_name)
 		  if any(fnmatch.fnmatchcase(s.name, g) for g in globs)]
 	index, count = opts.shard
 	return chosen[index - 1::count]

@@ -8,6 +8,11 @@
  * first and only result.
  *
  *   modctl load FILE [PARAM=VALUE ...]   finit_module(FILE, "PARAMS", 0)
+ *   modctl force-load FILE [PARAM=VALUE ...]
+ *                                        the same with the flags modprobe
+ *                                        -f passes: ignore vermagic and
+ *                                        symbol versions (the kernel needs
+ *                                        CONFIG_MODULE_FORCE_LOAD)
  *   modctl unload NAME [force] [wait]    delete_module(NAME, O_NONBLOCK
  *                                        [| O_TRUNC]); wait drops
  *                                        O_NONBLOCK (rmmod --wait)
@@ -21,6 +26,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/module.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -39,7 +45,7 @@ static int report(long ret)
 
 static int usage(void)
 {
-	fputs("usage: modctl load FILE [PARAM=VALUE ...]\n"
+	fputs("usage: modctl load|force-load FILE [PARAM=VALUE ...]\n"
 	      "       modctl unload NAME [force] [wait]\n"
 	      "       modctl write FILE VALUE\n", stderr);
 	return 2;
@@ -65,7 +71,7 @@ static char *join_params(int argc, char **argv)
 	return params;
 }
 
-static int load(int argc, char **argv)
+static int load(int argc, char **argv, int flags)
 {
 	char *params;
 	int fd;
@@ -80,7 +86,7 @@ static int load(int argc, char **argv)
 	params = join_params(argc - 1, argv + 1);
 	if (!params)
 		return 2;
-	return report(syscall(SYS_finit_module, fd, params, 0));
+	return report(syscall(SYS_finit_module, fd, params, flags));
 }
 
 static int unload(int argc, char **argv)
@@ -122,7 +128,10 @@ int main(int argc, char **argv)
 	if (argc < 2)
 		return usage();
 	if (!strcmp(argv[1], "load"))
-		return load(argc - 2, argv + 2);
+		return load(argc - 2, argv + 2, 0);
+	if (!strcmp(argv[1], "force-load"))
+		return load(argc - 2, argv + 2,
+			    MODULE_INIT_IGNORE_MODVERSIONS | MODULE_INIT_IGNORE_VERMAGIC);
 	if (!strcmp(argv[1], "unload"))
 		return unload(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "write"))
