@@ -5,6 +5,7 @@
 #   make check       lint and self-test the harness (no kernel, no VM)
 #   make race-demo   the side-by-side table of what each kernel does
 #   make bench       build and boot timings
+#   make soak        a long sanitizer soak on fixed-debug (not in make test)
 #
 # Everything generated lives under build/ (ignored by git).
 
@@ -71,7 +72,7 @@ INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 
-.PHONY: all deps deps-check check kernel kernels driver images initramfs test race-demo bench \
+.PHONY: all deps deps-check check kernel kernels driver images initramfs test race-demo bench soak \
 	images-check series-check series-tree clean distclean
 all: initramfs
 
@@ -180,12 +181,21 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 INTREE_MODULES := drivers/scsi/scsi_debug.ko drivers/ata/ata_piix.ko drivers/scsi/sd_mod.ko
 DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
+# A -debug variant also gets make soak's instances of raceblk (see
+# driver/Kbuild): raceblk_sN_{main,scsi}.c include the real sources.
+SOAK_INSTANCES := 4
+soak_instances = $(if $(filter %-debug,$(1)),$(SOAK_INSTANCES))
+
 $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
 	@mkdir -p $(@D)
 	@rm -f $(@D)/*.[ch] $(@D)/*.o $(@D)/*.ko
 	@cp $(DRIVER_SOURCES) $(@D)/
+	@for i in $$(seq 0 $$(($(or $(call soak_instances,$*),0) - 1))); do \
+		echo '#include "main.c"' > $(@D)/raceblk_s$${i}_main.c; \
+		echo '#include "scsi.c"' > $(@D)/raceblk_s$${i}_scsi.c; \
+	done
 	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$*/obj \
-		CC="ccache gcc" W=1
+		CC="ccache gcc" W=1 RACEBLK_INSTANCES=$(call soak_instances,$*)
 	@# In-tree modules the guest loads too, beside ours (sd_mod: -sdmod only).
 	@for m in $(addprefix $(BUILD)/kernel/$*/obj/,$(INTREE_MODULES)); do \
 		[ ! -f "$$m" ] || cp "$$m" $(@D)/; \
@@ -351,7 +361,7 @@ SHELL_SCRIPTS := .ci/run harness/bench harness/mkinitramfs harness/progress \
 	harness/lint-workflow images/mkimage images/parted-table images/sums \
 	kernel-patches/config/check kernel-patches/kernel-cache kernel-patches/series-check
 GUEST_SCRIPTS := harness/guest/init $(wildcard harness/guest/*.sh)
-PYTHON := harness/run harness/race-demo $(wildcard harness/*.py)
+PYTHON := harness/run harness/race-demo harness/soak $(wildcard harness/*.py)
 
 # The kernel's own KTAP parser reads the runner's results.ktap in the
 # self-tests: two files of the tree, extracted alone (10 s).
@@ -377,6 +387,14 @@ check: deps-check
 	@harness/lint-workflow
 	@echo "  CHECK   harness self-tests"
 	@KUNIT_TOOL=$(KUNIT_TOOL) python3 harness/selftest.py
+
+# make soak [SOAK_VARIANT=fixed-debug] [CYCLES=1000] [SEED=N] [SOAK_ARGS=--faults]:
+# one guest, CYCLES cycles of load, hold, fail and unload (harness/soak).
+SOAK_VARIANT ?= fixed-debug
+soak: deps
+	@$(MAKE) --no-print-directory initramfs VARIANTS="$(SOAK_VARIANT)"
+	@harness/soak --variant $(SOAK_VARIANT) $(if $(CYCLES),--cycles $(CYCLES)) \
+		$(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
 
 bench: deps
 	@VARIANTS="$(VARIANTS)" harness/bench

@@ -222,7 +222,9 @@ const char *raceblk_stage_point(void)
 {
 	return raceblk_point_names[READ_ONCE(g_stage_point)];
 }
+#ifndef RACEBLK_INSTANCE
 EXPORT_SYMBOL_GPL(raceblk_stage_point);
+#endif
 
 static int raceblk_release_set(const char *val, const struct kernel_param *kp)
 {
@@ -512,7 +514,8 @@ static int raceblk_alloc_disk(struct raceblk_dev *dev)
 	 */
 	disk->fops = &raceblk_fops;
 	disk->private_data = dev;
-	strscpy(disk->disk_name, "raceblk0", DISK_NAME_LEN);
+	/* raceblk0; make soak's instances raceblk_s0... have raceblk_s00... */
+	strscpy(disk->disk_name, KBUILD_MODNAME "0", DISK_NAME_LEN);
 	set_capacity(disk, dev->capacity);
 	dev->disk = disk;
 	return 0;

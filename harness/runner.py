@@ -95,7 +95,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 			    help='every Nth scenario from the Ith')
 	parser.add_argument('--timeout', type=bounded(1, 3600), default=60, metavar='SECONDS')
 	parser.add_argument('--table', default=str(TABLE), metavar='FILE',
-			    help='the scenario table (default: harness/scenarios)')
+			    help='the scenario table (default: harness/scenarios; make soak: harness/soak.scenarios)')
 	parser.add_argument('--repeat', type=bounded(1, 1000), default=1, metavar='N',
 			    help='boot every scenario N times; runs that disagree are FLAKY')
 	parser.add_argument('--image', type=pathlib.Path, metavar='PATH',

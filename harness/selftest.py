@@ -12,6 +12,7 @@ Last line: "N passed, N failed, N skipped".
 """
 
 import fcntl
+import importlib.machinery
 import json
 import os
 import pathlib
@@ -22,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 import unittest
 import xml.etree.ElementTree as ET
 
@@ -434,6 +436,27 @@ class Input(unittest.TestCase):
 
 	def test_scenario_table_is_valid(self):
 		self.assertEqual(plan.check(HARNESS / 'scenarios', plan.known_names(), coverage=True), [])
+
+	def test_all_rows_skip_row_only_variants(self):
+		only = plan.row_only_variants()
+		self.assertTrue(only, 'no +NAME in kernel-patches/variants')
+		chosen = plan.scenarios(HARNESS / 'scenarios', plan.default_variants() + only)
+		on_only = {s.id for s in chosen if s.variant in only}
+		named = {row.id for row in plan.parse(HARNESS / 'scenarios')[0]
+			 if any(v in only for v in row.variants)}
+		self.assertEqual(on_only, named)
+		self.assertNotIn('none', on_only)
+
+	def test_soak_rows_are_valid(self):
+		loader = importlib.machinery.SourceFileLoader('soak', str(HARNESS / 'soak'))
+		soak = types.ModuleType(loader.name)
+		soak.__file__ = loader.path
+		loader.exec_module(soak)
+		for argv in ([], ['--faults', '--cycles', '300'], ['--ungated', '--runs', '20', '--variant', 'vanilla-debug']):
+			with tempfile.TemporaryDirectory() as tmp, self.subTest(argv=argv):
+				table = pathlib.Path(tmp) / 'scenarios'
+				table.write_text(soak.table(soak.options(argv)))
+				self.assertEqual(plan.check(table, plan.known_names()), [])
 
 	def test_parameter_without_fuzz_fails_the_check(self):
 		text = (HARNESS / 'scenarios').read_text()

@@ -652,6 +652,21 @@ step_tainted() {
 	echo "$line" | grep -q "([A-Z]*$1[A-Z]*)" && step_kernel_tainted "$1"
 }
 
+# --- make soak ----------------------------------------------------------------
+
+# soak=CYCLES:SEED[:faults|:ungated]: harness/guest/soak.sh's cycles of load, hold,
+# fail and unload on raceblk's instances, racing openers (make soak).
+step_soak() {
+	local cycles=${1%%:*} rest=${1#*:}
+
+	# shellcheck source=harness/guest/soak.sh
+	. /lib/raceblk/soak.sh
+	case $rest in
+	*:*) soak_run "$cycles" "${rest%%:*}" "${rest#*:}" ;;
+	*) soak_run "$cycles" "$rest" "" ;;
+	esac
+}
+
 # --- parameter fuzz ----------------------------------------------------------
 # One load per hostile value, each with that parameter alone.
 

@@ -1,0 +1,298 @@
+# make soak's guest side: the step soak=CYCLES:SEED[:faults|:ungated] (steps.sh).
+#
+# Each cycle loads one of raceblk's instances (raceblk_s0..raceblk_s3, disk
+# raceblk_sN0: see driver/Kbuild) with a failure point drawn at random,
+# half the time held there and released, while 0-2 openers open, read and
+# close its disk and first partition in a loop, racing the init.  Held
+# after add_disk(), half the time a holder also opens the first partition
+# and keeps it open until the load has returned, then reads and closes it:
+# the 2003 race made certain (on vanilla the close runs into the freed
+# module).  A cycle expects the load to give OK (fail_at=none) or EIO.  A module that fixed
+# keeps because an opener held it when init failed is still there when
+# the next cycle starts; that cycle uses the next instance, so it does not
+# wait.  When the ring of instances comes back to it, four cycles later,
+# its openers are long done: it must unload (OK), and its disk be gone.
+#
+# With faults, each cycle holds init at alloc or after add_disk(), aims
+# failures at what follows and releases it: failslab on the loading task's
+# slab allocations (every 7th to 37th, drawn), or fail_make_request on the
+# new disk's I/O.  Init may then fail anywhere, with any errno, or the
+# loader be killed: no oops, no report, no leak.
+#
+# Ungated: no hold, two openers every cycle, failure after add_disk(): the
+# race as it happens without the harness's gate.
+
+# After every cycle the kernel log is drained (dmesg -c) and any report
+# line ends the soak at that cycle.  At the end every instance is
+# unloaded and kmemleak scans twice.  Last line:
+#   soak: cycles=N reports=R leaks=L seconds=S
+
+SOAK_INSTANCES=4
+SOAK_POINTS="none alloc before_add_disk after_add_disk after_scan_io late"
+
+# Random draws use $RANDOM in this shell, never inside $(...): a subshell
+# would draw from a copy of the generator, and every cycle would be alike.
+
+# A cycle costs about 0.7 s on a TCG debug guest, and every process it
+# starts about 50 ms of that: the cycle starts only those it needs (modctl,
+# blkhold, dmesg), and no subshell.
+
+# soak_reclaim INSTANCE: its last cycle's openers are done; unload it if
+# it is loaded.  Fails when it cannot be unloaded or its disk remains.
+soak_reclaim() {
+	local inst=$1 pid got
+
+	: >> "/tmp/soak.$inst.pids"
+	while read -r pid; do
+		wait "$pid" 2>/dev/null || true
+	done < "/tmp/soak.$inst.pids"
+	: > "/tmp/soak.$inst.pids"
+	if [ -d "/sys/module/$inst" ]; then
+		got=$(modctl unload "$inst")
+		[ "$got" = OK ] || { echo "$inst: unload $got ($(grep "^$inst " /proc/modules))"; return 1; }
+	fi
+	[ ! -e "/sys/block/${inst}0" ] || { echo "$inst: disk ${inst}0 left behind"; return 1; }
+}
+
+# soak_openers INSTANCE COUNT: COUNT openers of its disk and partition 1.
+soak_openers() {
+	local inst=$1 n dev
+
+	n=0
+	while [ "$n" -lt "$2" ]; do
+		n=$((n + 1))
+		dev=/dev/${inst}0
+		[ "$n" = 2 ] && dev=${dev}p1
+		echo "churn $dev 300" | blkhold > /dev/null 2>&1 &
+		echo $! >> "/tmp/soak.$inst.pids"
+	done
+}
+
+# soak_holder_open DEV: a blkhold process opens DEV and waits on the fifo
+# /tmp/soak.go before it reads and closes it; fails unless the open
+# worked (answer in /tmp/soak.hold).
+soak_holder_open() {
+	local answer=""
+
+	rm -f /tmp/soak.hold
+	{
+		echo "open $1"
+		read -r _ < /tmp/soak.go
+		echo "read 0 512 /dev/null"
+		echo close
+	} | blkhold > /tmp/soak.hold 2>&1 &
+	SOAK_HOLDER=$!
+	poll 5 soak_answered || true
+	read -r answer < /tmp/soak.hold
+	[ "$answer" = "open OK" ] || { echo "holder: $1: ${answer:-no answer}"; return 1; }
+}
+
+soak_answered() {
+	[ -s /tmp/soak.hold ]
+}
+
+# soak_holder_close: let the holder read and close; give it 5 s (a task
+# an oops killed may never exit: the report check finds the oops).
+soak_holder_close() {
+	echo go > /tmp/soak.go
+	poll 5 soak_gone "$SOAK_HOLDER" || true
+}
+
+soak_gone() {
+	local state=""
+
+	{ read -r _ _ state _ < "/proc/$1/stat"; } 2> /dev/null
+	case $state in
+	"" | Z) return 0 ;;
+	esac
+	return 1
+}
+
+# soak_faults_on PID HOLD: failslab for PID's slab allocations, every Nth.
+soak_faults_on() {
+	local f=/sys/kernel/debug/failslab
+
+	# shellcheck disable=SC3028 # busybox ash: RANDOM, seeded by soak_run
+	echo $((RANDOM % 31 + 7)) > $f/interval
+	echo 100 > $f/probability
+	echo -1 > $f/times
+	echo 0 > $f/verbose
+	echo Y > $f/task-filter
+	echo N > $f/ignore-gfp-wait
+	echo 1 > "/proc/$1/make-it-fail"
+}
+
+# soak_cycle N FAULTS: one cycle; prints what went wrong and fails.
+soak_cycle() {
+	local n=$1 faults=$2 inst point hold hold_at openers load_args got expect ko pid draw holder
+
+	inst=raceblk_s$((n % SOAK_INSTANCES))
+	ko=/lib/modules/$inst.ko
+	# shellcheck disable=SC3028 # busybox ash: RANDOM, seeded by soak_run
+	draw=$((RANDOM % 6)) hold=$((RANDOM % 2)) openers=$((RANDOM % 3))
+	if [ "$faults" = ungated ]; then
+		# No hold: two openers race a plain init that fails once its
+		# disk is there.
+		draw=$((3 + draw % 3)) hold=0 openers=2
+	fi
+	# shellcheck disable=SC2086 # a word list
+	set -- $SOAK_POINTS
+	shift "$draw"
+	point=$1 hold_at=$1
+	[ "$point" = none ] && hold_at=late
+	if [ "$faults" = faults ]; then
+		# Held where the faults aim, then released into them: slab
+		# failures for the rest of the init, or I/O errors on the new
+		# disk; it then fails at a later point, or not at all.
+		hold=1 hold_at=alloc
+		[ $((draw % 2)) = 0 ] || hold_at=after_add_disk
+		set -- none after_scan_io late
+		shift $((draw % 3))
+		point=$1
+	fi
+	soak_reclaim "$inst" || return 1
+	echo "soak: cycle $n: $inst fail_at=$point hold=$hold openers=$openers" > /dev/kmsg
+	load_args="image=raceblk/$IMAGE.img fail_at=$point"
+	[ "$hold" = 0 ] || load_args="$load_args hold=$hold_at"
+	expect=EIO
+	[ "$point" = none ] && expect=OK
+	soak_openers "$inst" "$openers"
+	# shellcheck disable=SC2086 # load_args is a word list
+	modctl load "$ko" $load_args hold_timeout_ms=10000 > /tmp/soak.load 2>&1 &
+	pid=$!
+	holder=0
+	if [ "$hold" = 1 ]; then
+		poll 10 soak_held "$inst" "$pid" || true
+		if [ "$faults:$hold_at" = faults:alloc ]; then
+			soak_faults_on "$pid"
+		elif [ "$faults" = faults ] && [ -e "/sys/block/${inst}0/make-it-fail" ]; then
+			echo 1 > "/sys/block/${inst}0/make-it-fail"
+		fi
+		# shellcheck disable=SC3028 # busybox ash: RANDOM
+		case $faults:$point:$((RANDOM % 2)) in
+		:after_add_disk:1 | :after_scan_io:1 | :late:1)
+			holder=1
+			echo "soak: cycle $n: holder opens /dev/${inst}0p1" > /dev/kmsg
+			soak_holder_open "/dev/${inst}0p1" || return 1
+			;;
+		esac
+		{ echo 1 > "/sys/module/$inst/parameters/release"; } 2> /dev/null || true
+	fi
+	wait "$pid"
+	[ "$holder" = 0 ] || soak_holder_close
+	read -r got < /tmp/soak.load || got=""
+	if [ "$faults" = faults ]; then
+		# Any errno: init failed where an allocation or a read did.  The
+		# loader may not even print it: its own allocations fail too, and
+		# the kernel can kill it (counted as "killed").
+		[ -n "$got" ] || got=killed
+	elif [ "$got" != "$expect" ]; then
+		echo "cycle $n: $inst $load_args: load $got, expected $expect"
+		return 1
+	fi
+	echo "$got" >> /tmp/soak.outcomes
+}
+
+# soak_held INSTANCE PID: init waits at its hold, or is past it, or the
+# load (PID) is over.
+soak_held() {
+	local stage=""
+
+	# Builtins only: this runs every 20 ms, and a process costs more.
+	{ read -r stage < "/sys/module/$1/parameters/stage"; } 2> /dev/null
+	case $stage in
+	"held at "* | "failed at "* | live) return 0 ;;
+	esac
+	soak_gone "$2"
+}
+
+# soak_reports: append to /tmp/soak.reports the report lines logged since
+# the last call (the log is drained: 1000 cycles would wrap it); fails
+# when there was one.  The patterns are harness/verdict.py's, as globs.
+soak_reports() {
+	local line found=1
+
+	dmesg -c > /tmp/soak.klog
+	while IFS= read -r line; do
+		case $line in
+		*BUG:* | *WARNING:* | *Oops* | *KASAN* | *UBSAN* | *"kernel BUG at"* | \
+		*"general protection"* | *"list_add corruption"* | *"list_del corruption"* | \
+		*refcount_t:* | *"possible circular"* | *"possible recursive"* | \
+		*"inconsistent lock"* | *"INFO: task "*" blocked"* | *rcu_*stall* | \
+		*kmemleak:*"new suspected"*)
+			echo "$line" >> /tmp/soak.reports
+			found=0
+			;;
+		esac
+	done < /tmp/soak.klog
+	return $found
+}
+
+# soak_run CYCLES SEED FAULTS
+soak_run() {
+	local cycles=$1 n=0 reports leaks known start problem="" inst
+
+	# shellcheck disable=SC3028 # busybox ash reseeds RANDOM on assignment
+	RANDOM=$2
+	start=$(date +%s)
+	: > /tmp/soak.outcomes
+	: > /tmp/soak.reports
+	rm -f /tmp/soak.go && mkfifo /tmp/soak.go
+	dmesg -c > /dev/null
+	# The console shows warnings and worse only: a line per cycle, and any
+	# report in full, at 115200 baud.
+	dmesg -n 5
+	if [ "$3" = faults ]; then
+		# Every request to a disk whose make-it-fail is set fails.
+		echo 100 > /sys/kernel/debug/fail_make_request/probability
+		echo 1 > /sys/kernel/debug/fail_make_request/interval
+		echo -1 > /sys/kernel/debug/fail_make_request/times
+		echo 0 > /sys/kernel/debug/fail_make_request/verbose
+	fi
+	while [ "$n" -lt "$cycles" ]; do
+		soak_cycle "$n" "$3" || { problem=cycle; break; }
+		if soak_reports; then
+			echo "cycle $n: a report:"
+			head -n 3 /tmp/soak.reports
+			break
+		fi
+		n=$((n + 1))
+		[ $((n % 100)) -ne 0 ] || echo "soak: $n cycles, $(($(date +%s) - start)) s"
+	done
+	echo 0 > /sys/kernel/debug/failslab/times 2>/dev/null || true
+	for inst in $(seq 0 $((SOAK_INSTANCES - 1))); do
+		soak_reclaim "raceblk_s$inst" || problem="$problem reclaim"
+	done
+	soak_reports || true
+	reports=$(grep -c . /tmp/soak.reports)
+	leaks=$(soak_kmemleak)
+	known=${leaks#* } leaks=${leaks% *}
+	echo "outcomes: $(sort /tmp/soak.outcomes | uniq -c | tr -s ' \n' ' ')"
+	[ "$known" = 0 ] || echo "kmemleak: $known object(s) of SLUB's known sysfs_slab_add() leak (CVE-2024-25740, not in 6.1.192), not counted"
+	echo "soak: cycles=$n reports=$reports leaks=$leaks seconds=$(($(date +%s) - start))"
+	[ "$n" -eq "$cycles" ] && [ "$reports" = 0 ] && [ "$leaks" = 0 ] && [ -z "$problem" ]
+}
+
+# soak_kmemleak: "LEAKS KNOWN", the objects two scans call leaked
+# (kmemleak reports an object once it stayed unreferenced over two scans),
+# and how many of them are a leak known upstream: SLUB's sysfs_slab_add()
+# leaks a kmem_cache's kobject name when kobject_init_and_add() fails
+# (CVE-2024-25740, fixed by 2420baa8e046 "mm/slab: Allow cache creation to
+# proceed even if sysfs registration fails", not in 6.1.192); failslab hits
+# it through bioset_init() in __alloc_disk_node().  The first two other
+# reports go to stderr (the step's diagnostics).
+soak_kmemleak() {
+	local f=/sys/kernel/debug/kmemleak
+
+	[ -e $f ] || { echo "n/a 0"; return; }
+	echo scan > $f
+	sleep 1
+	echo scan > $f
+	awk '
+		function done() { if (!n) return; if (known) k++; else if (++other <= 2) printf "%s", text > "/dev/stderr" }
+		/^unreferenced object/ { done(); n++; known = 0; text = "" }
+		/sysfs_slab_add/ { known = 1 }
+		{ text = text $0 "\n" }
+		END { done(); print n + 0 - k, k + 0 }
+	' $f
+}
