@@ -544,11 +544,7 @@ step_probe() {
 # series: "DISK: GPT partition N ends at LBA ..., ignored", or the core's
 # "DISK: pN start ... size ... overflows, ignored").
 step_ignored() {
-	local line
-
-	line=$(dmesg | grep -E "\] $DISK: (GPT partition $1 |p$1 ).*, ignored$" | head -n 1)
-	echo "kernel: ${line:-nothing about ignoring partition $1 of $DISK}"
-	[ -n "$line" ]
+	loader_line "\] $DISK: (GPT partition $1 |p$1 ).*, ignored\$"
 }
 
 # past_end_refused=yes|no: the driver did (or did not) log that it refused
@@ -602,7 +598,8 @@ step_force_load() {
 	modctl_expect "${1#*:}" force-load "$FOREIGN/${1%%:*}.ko" $PARAMS
 }
 
-# loader_line PATTERN: the first kernel line matching the extended regex.
+# loader_line PATTERN: the first kernel line matching the extended regex
+# (the loader's, or any other the kernel logged).
 loader_line() {
 	local line
 
