@@ -7,7 +7,8 @@
 #   make bench       build and boot timings
 #   make soak        a long sanitizer soak on fixed-debug (not in make test)
 #
-# Everything generated lives under build/ (ignored by git).
+# Everything generated lives under build/KERNEL/ (ignored by git); KERNEL=6.12
+# picks Debian's linux-source-6.12 instead of 6.1.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -17,8 +18,20 @@ SHELL := /bin/bash
 .SECONDARY:
 
 TOP := $(CURDIR)
-BUILD := $(TOP)/build
-KERNEL_TARBALL ?= /usr/src/linux-source-6.1.tar.xz
+# The kernel tree: Debian's linux-source-$(KERNEL).  Its series and their
+# patches live in kernel-patches/$(KERNEL)/, everything built from it in
+# build/$(KERNEL)/, so both trees sit side by side.
+KERNEL ?= 6.1
+TREES := $(patsubst kernel-patches/%/series.vanilla,%,$(wildcard kernel-patches/*/series.vanilla))
+ifeq ($(filter $(KERNEL),$(TREES)),)
+$(error KERNEL=$(KERNEL): no kernel-patches/$(KERNEL)/series.vanilla (trees: $(TREES)))
+endif
+TREE := kernel-patches/$(KERNEL)
+BUILD := $(TOP)/build/$(KERNEL)
+KERNEL_TARBALL ?= /usr/src/linux-source-$(KERNEL).tar.xz
+# The harness scripts find the tree's builds and results through these.
+export KERNEL
+export RACEBLK_BUILD := $(BUILD)
 # The default variants: kernel-patches/variants (+NAME: built for make test,
 # for the rows naming it only).
 VARIANT_WORDS := $(shell sed 's/#.*//' kernel-patches/variants)
@@ -44,10 +57,11 @@ export KBUILD_BUILD_USER := raceblk
 export KBUILD_BUILD_HOST := raceblk
 # A variant SERIES-FRAGMENT is SERIES's patched tree built with
 # kernel-patches/config/FRAGMENT.config on top of base.config: NAME-debug
-# (the checkers), NAME-sdmod (sd as a module).
+# (the checkers), NAME-sdmod (sd as a module).  A tree may add to a
+# fragment with kernel-patches/$(KERNEL)/config/FRAGMENT.config.
 series_of = $(firstword $(subst -, ,$(1)))
-fragments_of = kernel-patches/config/base.config \
-	$(patsubst %,kernel-patches/config/%.config,$(wordlist 2,9,$(subst -, ,$(1))))
+fragment_files = $(wildcard $(foreach f,$(1),kernel-patches/config/$(f).config $(TREE)/config/$(f).config))
+fragments_of = $(call fragment_files,base $(wordlist 2,9,$(subst -, ,$(1))))
 
 # ccache makes source paths relative (CCACHE_BASEDIR): the compiler sees
 # ../src/kernel/module/main.c; map that back so that WARN and BUG lines
@@ -57,7 +71,7 @@ KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/kernel/$*/src \
 	O=$(BUILD)/kernel/$*/obj $(KMAKE_FLAGS) -j$(JOBS)
 
 # Debian packages the build and the harness need.
-DEB_PACKAGES := linux-source-6.1 gcc make libc6-dev bc bison flex libelf-dev \
+DEB_PACKAGES := linux-source-$(KERNEL) gcc make libc6-dev bc bison flex libelf-dev \
 	libssl-dev cpio xz-utils lz4 ccache qemu-system-x86 qemu-utils parted \
 	busybox-static python3
 # And the commands make check needs, with their packages (a command may
@@ -101,7 +115,7 @@ deps:
 	$(call install_missing,$(DEB_PACKAGES))
 
 deps-check:
-	$(call install_missing,$(CHECK_COMMANDS) linux-source-6.1)
+	$(call install_missing,$(CHECK_COMMANDS) linux-source-$(KERNEL))
 
 kernel kernels: $(KERNELS)
 driver: $(MODULES)
@@ -109,11 +123,12 @@ images: $(IMAGE_FILES)
 initramfs: $(INITRAMFS)
 
 # --- kernels -----------------------------------------------------------------
-# Debian's tree is extracted once (build/src/pristine).  Each variant gets a
-# hard-linked copy with its series applied (patch replaces the files it
-# changes, so the pristine tree stays pristine) and builds beside it:
-#   build/kernel/VARIANT/src   the patched source
-#   build/kernel/VARIANT/obj   objects, .config, bzImage
+# Debian's tree is extracted once (build/KERNEL/src/pristine).  Each
+# variant gets a hard-linked copy with its series applied (patch replaces
+# the files it changes, so the pristine tree stays pristine) and builds
+# beside it:
+#   build/KERNEL/kernel/VARIANT/src   the patched source
+#   build/KERNEL/kernel/VARIANT/obj   objects, .config, bzImage
 # Every variant's objects see their source as ../src, so a file its series
 # does not change (and that includes no header it changes) compiles the same
 # for every variant, and ccache serves it to the second and third kernel.
@@ -126,19 +141,19 @@ OTHER_ARCHES := alpha arc arm arm64 csky hexagon ia64 loongarch m68k microblaze 
 EXTRACT_EXCLUDES := $(foreach a,$(OTHER_ARCHES),$(foreach p,*.[chS] *.dts *.dtsi, \
 		--exclude='*/arch/$(a)/$(p)')) \
 	--exclude='*/drivers/gpu/drm/amd/include/asic_reg'
-series_patches = $(addprefix kernel-patches/,$(shell sed 's/#.*//' kernel-patches/series.$(1)))
+series_patches = $(addprefix $(TREE)/,$(shell sed 's/#.*//' $(TREE)/series.$(1)))
 
 $(PRISTINE)/.extracted: $(KERNEL_TARBALL)
-	@echo "  EXTRACT $(KERNEL_TARBALL) -> build/src/pristine"
+	@echo "  EXTRACT $(KERNEL_TARBALL) -> build/$(KERNEL)/src/pristine"
 	@rm -rf $(PRISTINE) && mkdir -p $(PRISTINE)
 	@tar -xf $(KERNEL_TARBALL) -C $(PRISTINE) --strip-components=1 $(EXTRACT_EXCLUDES)
 	@echo "  VERSION $$($(MAKE) -s -C $(PRISTINE) kernelversion)"
 	@touch $@
 
 $(BUILD)/kernel/%/src/.applied: $(PRISTINE)/.extracted \
-		kernel-patches/series.$$(call series_of,$$*) \
+		$(TREE)/series.$$(call series_of,$$*) \
 		$$(call series_patches,$$(call series_of,$$*))
-	@echo "  SOURCE  build/kernel/$*/src: pristine + series.$(call series_of,$*)"
+	@echo "  SOURCE  build/$(KERNEL)/kernel/$*/src: pristine + $(TREE)/series.$(call series_of,$*)"
 	@rm -rf $(@D) && mkdir -p $(dir $(@D))
 	@cp -al $(PRISTINE) $(@D) && rm $(@D)/.extracted
 	@for p in $(call series_patches,$(call series_of,$*)); do \
@@ -149,7 +164,7 @@ $(BUILD)/kernel/%/src/.applied: $(PRISTINE)/.extracted \
 
 $(BUILD)/kernel/%/obj/.config: $(BUILD)/kernel/%/src/.applied $$(call fragments_of,$$*)
 	@mkdir -p $(@D)
-	@echo "  CONFIG  tinyconfig + $(notdir $(call fragments_of,$*)) ($*)"
+	@echo "  CONFIG  tinyconfig + $(patsubst kernel-patches/%,%,$(call fragments_of,$*)) ($*)"
 	@$(KMAKE) -s tinyconfig > /dev/null
 	@$(BUILD)/kernel/$*/src/scripts/kconfig/merge_config.sh -m -O $(@D) $@ \
 		$(call fragments_of,$*) > /dev/null
@@ -162,14 +177,14 @@ $(BUILD)/kernel/%/obj/.config: $(BUILD)/kernel/%/src/.applied $$(call fragments_
 # calls through ccache.  KERNEL_CACHE= turns it off.
 export KERNEL_CACHE ?= $(HOME)/.cache/raceblk/kernels
 export KMAKE_KEY = $(KMAKE_FLAGS) bzImage modules
-kernel_inputs = $(KERNEL_TARBALL) kernel-patches/series.$(call series_of,$(1)) \
+kernel_inputs = $(KERNEL_TARBALL) $(TREE)/series.$(call series_of,$(1)) \
 	$(call series_patches,$(call series_of,$(1))) $(call fragments_of,$(1))
 KCACHE = kernel-patches/kernel-cache $(1) $* $(BUILD)/kernel/$*/obj $(BUILD)/kernel/$*/src \
 	$(call kernel_inputs,$*)
 
 $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 	@if $(call KCACHE,restore); then \
-		echo "  KERNEL  build/kernel/$*/obj (from $(KERNEL_CACHE))"; \
+		echo "  KERNEL  build/$(KERNEL)/kernel/$*/obj (from $(KERNEL_CACHE))"; \
 	else \
 		harness/progress "kernel $*" $(BUILD)/kernel/$*/build.log $(KMAKE) bzImage modules; \
 		$(call KCACHE,save) || true; \
@@ -202,7 +217,7 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/b
 	done
 
 # --- modules built for another kernel (the vermagic and modversions rows) --
-# build/driver/V/foreign/NAME.ko, /lib/modules/foreign/ in V's initramfs:
+# build/KERNEL/driver/V/foreign/NAME.ko, /lib/modules/foreign/ in V's initramfs:
 #   raceblk-vermagic raceblk built against V's configuration with the
 #                    other preemption model (PREEMPT for a PREEMPT_NONE
 #                    kernel, and the reverse): vermagic says so ("preempt")
@@ -220,7 +235,7 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/b
 FOREIGN_vanilla := raceblk-vermagic raceblk-release raceblk-fixed
 FOREIGN_vanilla-modversions := raceblk-vermagic raceblk-release raceblk-proto
 foreign_modules = $(foreach m,$(FOREIGN_$(1)),$(BUILD)/driver/$(1)/foreign/$(m).ko)
-ABI_FIXTURE := kernel-patches/fixtures/blk-mq-end-request-int.patch
+ABI_FIXTURE := $(TREE)/fixtures/blk-mq-end-request-int.patch
 PREP_KMAKE = $(MAKE) --no-print-directory -C $(1) O=$(@D) $(KMAKE_FLAGS) -j$(JOBS)
 
 # prepare_tree SRC [CHANGE]: configure $(@D) as variant $* with CHANGE
@@ -404,4 +419,4 @@ clean:
 		$(BUILD)/initramfs $(BUILD)/results $(BUILD)/snapshots $(BUILD)/byo $(BUILD)/tools
 
 distclean:
-	rm -rf $(BUILD)
+	rm -rf $(TOP)/build

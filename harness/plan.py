@@ -2,8 +2,11 @@
 # SPDX-License-Identifier: GPL-2.0
 """The scenario table (harness/scenarios), parsed once and validated.
 
-Each row is ``id | variants | image | params | console | steps``.  A row
-that would never run, or would run and fail for a reason that has nothing
+Each row is ``id | variants | image | params | console | steps`` (a '|'
+with blanks around it ends a column; a regex may use '|' without).  A
+variant may name a tree, ``fixed@6.12`` (or ``all@6.1``): the row runs on
+that tree's kernels only, for behaviour that differs between the trees
+(kernel-patches/TREE/).  A row that would never run, or would run and fail for a reason that has nothing
 to do with the kernel (a misspelt variant, an unknown step, a console
 regex that does not compile), is an error here, named ``FILE:LINE``,
 before any guest boots.
@@ -21,6 +24,7 @@ Standard library only, as the kernel's own kunit.py.
 """
 
 import dataclasses
+import os
 import pathlib
 import re
 import sys
@@ -29,6 +33,7 @@ from typing import Iterator, List, Optional, Set, Tuple
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
 COLUMNS = ('id', 'variants', 'image', 'params', 'console', 'steps')
+COLUMN_SEP = re.compile(r'\s+\|\s+')
 ID_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 # A step is a KTAP description: no '#' (ktap.rst), no glob character.
 STEP_RE = re.compile(r'^([a-z][a-z0-9_]*)(?:=([^\s#*?\[]+))?$')
@@ -51,13 +56,28 @@ class Row:
 class Known:
 	"""What the rows may name."""
 	variants: Set[str]
+	trees: Set[str]
 	images: Set[str]
 	steps: Set[str]
 	params: Set[str]
 
 
+def trees(top: pathlib.Path = TOP) -> List[str]:
+	"""The kernel trees: kernel-patches/TREE/ with a series.vanilla."""
+	return sorted(p.parent.name for p in (top / 'kernel-patches').glob('*/series.vanilla'))
+
+
+def current_tree() -> str:
+	"""The run's tree: $KERNEL, as make passes it (default 6.1)."""
+	return os.environ.get('KERNEL') or '6.1'
+
+
+def tree_series(tree: str, top: pathlib.Path = TOP) -> Set[str]:
+	return {p.name[len('series.'):] for p in (top / 'kernel-patches' / tree).glob('series.*')}
+
+
 def known_names(top: pathlib.Path = TOP) -> Known:
-	series = {p.name[len('series.'):] for p in (top / 'kernel-patches').glob('series.*')}
+	series = set().union(*(tree_series(t, top) for t in trees(top)))
 	images = {p.stem for p in (top / 'images').glob('*.parted')}
 	images |= {p.stem for p in (top / 'images').glob('*.patch')}
 	steps = set(re.findall(r'^step_([a-z0-9_]+)\(\)', (top / 'harness/guest/steps.sh').read_text(),
@@ -68,8 +88,19 @@ def known_names(top: pathlib.Path = TOP) -> Known:
 				(top / 'driver/main.c').read_text(), re.MULTILINE))
 	# SERIES-FRAGMENT: a series built with kernel-patches/config/FRAGMENT.config too.
 	fragments = {p.stem for p in (top / 'kernel-patches/config').glob('*.config')} - {'base'}
-	return Known(variants=series | {f'{v}-{f}' for v in series for f in fragments}, images=images, steps=steps,
-		     params=params)
+	return Known(variants=series | {f'{v}-{f}' for v in series for f in fragments}, trees=set(trees(top)),
+		     images=images, steps=steps, params=params)
+
+
+def split_variant(word: str) -> Tuple[str, Optional[str]]:
+	"""'fixed@6.12' -> ('fixed', '6.12'); 'fixed' -> ('fixed', None)."""
+	name, _, tree = word.partition('@')
+	return name, tree or None
+
+
+def row_variants(row: Row, tree: str) -> Tuple[str, ...]:
+	"""The row's variants on TREE, tree names taken off."""
+	return tuple(name for name, only in map(split_variant, row.variants) if only in (None, tree))
 
 
 def parse(path: pathlib.Path) -> Tuple[List[Row], List[Tuple[int, str]]]:
@@ -79,7 +110,9 @@ def parse(path: pathlib.Path) -> Tuple[List[Row], List[Tuple[int, str]]]:
 	for nr, text in enumerate(path.read_text().splitlines(), 1):
 		if not text.strip() or text.lstrip().startswith('#'):
 			continue
-		cells = [c.strip() for c in text.split('|')]
+		# A column ends at a '|' with blanks around it: a console regex
+		# may use '|' (alternatives) without them.
+		cells = [c.strip() for c in COLUMN_SEP.split(text.strip())]
 		if len(cells) != len(COLUMNS):
 			errors.append((nr, f'{path}:{nr}: {len(cells)} columns, a row has {len(COLUMNS)}: '
 				       + ' | '.join(COLUMNS)))
@@ -105,11 +138,14 @@ def word_errors(words: Tuple[str, ...], form: re.Pattern, names: Set[str], bad_f
 def row_errors(row: Row, known: Known) -> Iterator[str]:
 	if not ID_RE.match(row.id):
 		yield f'id "{row.id}": lower case letters, digits and _'
-	for variant in row.variants:
+	for variant, tree in map(split_variant, row.variants):
 		if variant != 'all' and variant not in known.variants:
-			yield f'unknown variant "{variant}" (kernel-patches/series.* name them)'
-	if row.variants.count('all') and len(row.variants) > 1:
-		yield '"all" with other variants'
+			yield f'unknown variant "{variant}" (kernel-patches/TREE/series.* name them)'
+		if tree is not None and tree not in known.trees:
+			yield f'unknown tree "{tree}" in "{variant}@{tree}" (trees: {", ".join(sorted(known.trees))})'
+	for tree in known.trees:
+		if 'all' in row_variants(row, tree) and len(row_variants(row, tree)) > 1:
+			yield f'"all" with other variants on {tree}'
 	if row.image not in ('all', 'any') and row.image not in known.images:
 		yield f'unknown image "{row.image}" (images/*.parted, images/*.patch, all, any)'
 	yield from word_errors(row.params, PARAM_RE, known.params | {'machine'}, 'param "{}": NAME=VALUE',
@@ -129,14 +165,16 @@ def row_errors(row: Row, known: Known) -> Iterator[str]:
 
 
 def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]:
-	"""A variant that two rows with the same id both name."""
-	seen = {}
-	for row in rows:
-		variants = known.variants if 'all' in row.variants else set(row.variants)
-		for variant in sorted(variants):
-			first = seen.setdefault((row.id, variant), row)
-			if first is not row:
-				yield row, f'{row.id} on {variant} again (first at line {first.line})'
+	"""A variant of a tree that two rows with the same id both name."""
+	seen, said = {}, set()
+	for tree in sorted(known.trees):
+		for row in rows:
+			names = row_variants(row, tree)
+			for variant in sorted(known.variants if 'all' in names else set(names)):
+				first = seen.setdefault((row.id, variant, tree), row)
+				if first is not row and (row.line, variant) not in said:
+					said.add((row.line, variant))
+					yield row, f'{row.id} on {variant} again (first at line {first.line})'
 
 
 def check(path: pathlib.Path, known: Known, coverage: bool = False) -> List[str]:
@@ -155,17 +193,28 @@ def check(path: pathlib.Path, known: Known, coverage: bool = False) -> List[str]
 def fuzz_errors(rows: List[Row], known: Known) -> Iterator[str]:
 	"""Every raceblk parameter has fuzz= steps, on every default kernel: a
 	parameter added to the driver without them fails the check."""
-	for variant in default_variants():
-		fuzzed = {step[len('fuzz='):].split(':')[0] for row in rows
-			  if 'all' in row.variants or variant in row.variants
-			  for step in row.steps if step.startswith('fuzz=')}
-		for param in sorted(known.params - fuzzed):
-			yield f'raceblk parameter "{param}" has no fuzz= step on {variant}'
+	for tree in sorted(known.trees):
+		for variant in default_variants():
+			fuzzed = {step[len('fuzz='):].split(':')[0] for row in rows
+				  if {'all', variant} & set(row_variants(row, tree))
+				  for step in row.steps if step.startswith('fuzz=')}
+			for param in sorted(known.params - fuzzed):
+				yield f'raceblk parameter "{param}" has no fuzz= step on {variant}@{tree}'
 
 
 def variant_errors(variants: List[str], known: Known) -> List[str]:
-	return [f'unknown variant "{v}" (kernel-patches/series.* name them)'
+	return [f'unknown variant "{v}" (kernel-patches/TREE/series.* name them)'
 		for v in variants if v not in known.variants]
+
+
+def tree_errors(top: pathlib.Path = TOP) -> List[str]:
+	"""Every tree has the variants of kernel-patches/variants: each row
+	runs on every tree.  A tree may have a series of its own (6.12's scan
+	fixes a bug 6.1 does not have)."""
+	wanted = set(default_variants(top) + row_only_variants(top))
+	return [f'kernel-patches/{tree}/ has no series.{name} (kernel-patches/variants names it)'
+		for tree in trees(top)
+		for name in sorted({v.split('-')[0] for v in wanted} - tree_series(tree, top))]
 
 
 DEFAULT_IMAGE = 'mbr-primary'
@@ -236,14 +285,17 @@ def resolve(row: Row, variant: str, image: str) -> Scenario:
 
 
 def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] = None,
-	      top: pathlib.Path = TOP) -> List[Scenario]:
-	"""Every scenario of a valid table, in table order, then variant order."""
+	      top: pathlib.Path = TOP, tree: Optional[str] = None) -> List[Scenario]:
+	"""Every scenario of a valid table on TREE (default: the run's), in
+	table order, then variant order."""
 	rows, _ = parse(path)
 	row_only = row_only_variants(top)
+	tree = tree or current_tree()
 	plan = []
 	for row in rows:
+		names = row_variants(row, tree)
 		for variant in variants:
-			if ('all' in row.variants and variant not in row_only) or variant in row.variants:
+			if ('all' in names and variant not in row_only) or variant in names:
 				plan += [resolve(row, variant, image) for image in row_images(row, own_image, top)]
 	return plan
 
@@ -254,7 +306,7 @@ def main(argv: List[str]) -> int:
 		return 2
 	path = pathlib.Path(argv[1]) if len(argv) > 1 else HARNESS / 'scenarios'
 	known = known_names()
-	errors = check(path, known, coverage=True) + variant_errors(argv[2:], known)
+	errors = check(path, known, coverage=True) + variant_errors(argv[2:], known) + tree_errors()
 	for error in errors:
 		print(error, file=sys.stderr)
 	return 1 if errors else 0

@@ -131,9 +131,9 @@ def junit(run: Dict) -> bytes:
 
 # --- matrix ---------------------------------------------------------------------
 
-def matrix(names: List[str], shards: int, variants: List[str], filters: List[str]) -> Dict:
+def matrix(names: List[str], shards: int, variants: List[str], filters: List[str], tree: str) -> Dict:
 	"""A GitHub Actions strategy.matrix: shard I of N runs every Nth
-	scenario from the Ith, so N jobs run each exactly once."""
-	return {'include': [{'shard': f'{i}/{shards}', 'variants': ' '.join(variants),
+	scenario from the Ith, so N jobs run each exactly once (per tree)."""
+	return {'include': [{'kernel': tree, 'shard': f'{i}/{shards}', 'variants': ' '.join(variants),
 			     'filter': ' '.join(filters), 'scenarios': len(names[i - 1::shards])}
 			    for i in range(1, shards + 1)]}

@@ -6,7 +6,7 @@ Scenarios are the rows of harness/scenarios, compiled once into a validated
 plan (harness/plan.py) over the kernel variants in $VARIANTS (default:
 kernel-patches/variants) and named VARIANT/ID/IMAGE.  Each runs in its own
 VM (a crash must not poison the next one), restored from a snapshot of its
-variant's guest taken where /init waits for work (build/snapshots/, saved
+variant's guest taken where /init waits for work (build/KERNEL/snapshots/, saved
 again when the kernel, the archive or QEMU change) when the variant has 3
 scenarios or more in the run, else booted cold.  --snapshot and --cold
 force either way; a snapshot that cannot be saved falls back to cold
@@ -14,9 +14,9 @@ boots.  The host sends each guest its resolved row (params and steps); the
 guest answers in KTAP on its second serial port, its console goes to a log.
 A guest still running at --timeout is killed with its process group.
 
-Results: build/results/results.json (a record per scenario and step), and
+Results: build/KERNEL/results/results.json (a record per scenario and step), and
 from it results.ktap, junit.xml and matrix.json; each scenario's logs in
-build/results/VARIANT/ID/IMAGE/.  Last line: "N passed, N failed, N
+build/KERNEL/results/VARIANT/ID/IMAGE/.  Last line: "N passed, N failed, N
 skipped" (an ERROR, a fault of the harness rather than the kernel, counts
 as failed).  Exit status: 0 all passed, 1 something failed, 2 bad input
 or setup, 130/143 interrupted by SIGINT/SIGTERM.
@@ -48,7 +48,9 @@ from plan import Scenario
 
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
-BUILD = pathlib.Path(os.environ.get('RACEBLK_BUILD', TOP / 'build'))
+# The tree's builds and results: build/KERNEL (make exports RACEBLK_BUILD).
+BUILD = pathlib.Path(os.environ.get('RACEBLK_BUILD') or TOP / 'build' / plan.current_tree())
+SHOWN = os.path.relpath(BUILD, TOP) if BUILD.is_relative_to(TOP) else str(BUILD)
 RESULTS = BUILD / 'results'
 TABLE = HARNESS / 'scenarios'
 SNAPSHOT_MIN = 3	# a snapshot costs about two boots
@@ -230,11 +232,12 @@ def image_archive(image: str) -> pathlib.Path:
 def check_built(scenarios: List[Scenario], variants: List[str]) -> None:
 	"""The kernels, archives and images the scenarios boot, with archives
 	no older than the guest scripts they carry."""
-	make = f'make initramfs VARIANTS="{" ".join(variants)}"'
+	tree = '' if plan.current_tree() == '6.1' else f' KERNEL={plan.current_tree()}'
+	make = f'make initramfs{tree} VARIANTS="{" ".join(variants)}"'
 	guest_files = list((HARNESS / 'guest').iterdir())
 	for variant in sorted({s.variant for s in scenarios}):
 		if not kernel_of(variant).is_file() or not initramfs_of(variant).is_file():
-			raise Refusal(f"no kernel or initramfs for '{variant}' under build/: run '{make}'")
+			raise Refusal(f"no kernel or initramfs for '{variant}' under {SHOWN}/: run '{make}'")
 		built = initramfs_of(variant).stat().st_mtime
 		newer = [f for f in guest_files if f.stat().st_mtime > built]
 		if newer:
@@ -242,10 +245,10 @@ def check_built(scenarios: List[Scenario], variants: List[str]) -> None:
 				      f"'{variant}': run '{make}'")
 	for image in sorted({s.image for s in scenarios}):
 		if not image_archive(image).is_file():
-			raise Refusal(f"no archive of image '{image}' under build/: run 'make initramfs'")
+			raise Refusal(f"no archive of image '{image}' under {SHOWN}/: run 'make initramfs'")
 	for image in sorted({s.image for s in scenarios if s.machine != 'microvm'}):
 		if not disk_of(image).is_file():
-			raise Refusal(f"no disk image '{image}' under build/: run 'make images'")
+			raise Refusal(f"no disk image '{image}' under {SHOWN}/: run 'make images'")
 	if not shutil.which(guestvm.QEMU):
 		raise Refusal(f'{guestvm.QEMU} not found: apt-get install qemu-system-x86')
 
@@ -567,7 +570,7 @@ def main(argv: List[str]) -> int:
 	scenarios = compile_plan(opts)
 	names = [s.name for s in scenarios]
 	if opts.matrix:
-		text = reports.json.dumps(reports.matrix(names, opts.matrix, opts.variants, opts.filter.split()))
+		text = reports.json.dumps(reports.matrix(names, opts.matrix, opts.variants, opts.filter.split(), plan.current_tree()))
 		RESULTS.mkdir(parents=True, exist_ok=True)
 		(RESULTS / 'matrix.json').write_text(text + '\n')
 		print(text)
@@ -597,7 +600,8 @@ def main(argv: List[str]) -> int:
 			if not signals.caught:
 				boots = runner.choose_boots()
 			runs = '' if opts.repeat == 1 else f' x {opts.repeat} runs'
-			print(f'harness: {len(scenarios)} scenarios{runs}, variants: {" ".join(opts.variants)}, '
+			print(f'harness: {len(scenarios)} scenarios{runs} on linux-source-{plan.current_tree()}, '
+			      f'variants: {" ".join(opts.variants)}, '
 			      f'{runner.accel}, {boots}, -j {opts.jobs}', flush=True)
 			if not signals.caught:
 				records = run_all(runner, opts, signals)
@@ -609,17 +613,17 @@ def main(argv: List[str]) -> int:
 			if record['verdict'] in ('FAIL', 'ERROR'):
 				symbolise(record)
 	run = {'version': 1, 'started': started, 'seconds': round(time.time() - started, 3),
-	       'variants': opts.variants, 'accel': runner.accel, 'boots': boots, 'jobs': opts.jobs,
+	       'tree': plan.current_tree(), 'variants': opts.variants, 'accel': runner.accel, 'boots': boots, 'jobs': opts.jobs,
 	       'timeout_s': opts.timeout, 'repeat': opts.repeat, 'filter': opts.filter,
 	       'interrupted': signal.Signals(signum).name if signum else None,
 	       'planned': len(scenarios), 'scenarios': records}
 	write_reports(run)
 	reports.write_file(RESULTS / 'matrix.json', (reports.json.dumps(
-		reports.matrix(names, 4, opts.variants, opts.filter.split())) + '\n').encode())
+		reports.matrix(names, 4, opts.variants, opts.filter.split(), plan.current_tree())) + '\n').encode())
 	for record in records:
 		if record['verdict'] in ('FAIL', 'ERROR'):
 			report_failure(record, bool(opts.image), bool(opts.expected))
-	print('results: build/results/ (results.json, results.ktap, junit.xml, matrix.json, '
+	print(f'results: {SHOWN}/results/ (results.json, results.ktap, junit.xml, matrix.json, '
 	      'per scenario console.log and ktap)')
 	count = reports.totals(records)
 	failed = count['failed'] + count['errors']

@@ -412,6 +412,9 @@ class Input(unittest.TestCase):
 		('none | vanilla | any | machine=q35 | - | load=OK', 'unknown machine "q35"'),
 		('none | vanilla | any | - | - | load=*', 'step "load=*": NAME or NAME=ARG'),
 		('none | vanilla | any | - | - | load=OK\nnone | all | any | - | - | load=OK',
+		 'none on vanilla again (first at line 1)'),
+		('none | vanilla@2.4 | any | - | - | load=OK', 'unknown tree "2.4" in "vanilla@2.4"'),
+		('none | vanilla@6.1 | any | - | - | load=OK\nnone | vanilla | any | - | - | load=OK',
 		 'none on vanilla again (first at line 1)'))
 
 	def test_table_errors_name_file_and_line(self):
@@ -446,6 +449,18 @@ class Input(unittest.TestCase):
 			 if any(v in only for v in row.variants)}
 		self.assertEqual(on_only, named)
 		self.assertNotIn('none', on_only)
+
+	def test_tree_qualified_variant_runs_on_its_tree_only(self):
+		rows = ('unload_io | vanilla@6.1,fixed | any | - | - | load=OK\n'
+			'unload_io | vanilla@6.12 | any | - | - | load=OK unload=EBUSY\n')
+		with tempfile.TemporaryDirectory() as tmp:
+			table = pathlib.Path(tmp) / 'scenarios'
+			table.write_text(rows)
+			for tree, steps in (('6.1', ('load=OK',)), ('6.12', ('load=OK', 'unload=EBUSY'))):
+				with self.subTest(tree=tree):
+					chosen = plan.scenarios(table, ['vanilla', 'fixed'], tree=tree)
+					self.assertEqual({s.variant: s.steps for s in chosen},
+							 {'vanilla': steps, 'fixed': ('load=OK',)})
 
 	def test_soak_rows_are_valid(self):
 		loader = importlib.machinery.SourceFileLoader('soak', str(HARNESS / 'soak'))
