@@ -24,11 +24,13 @@
 #include <linux/blk-mq.h>
 #include <linux/blkdev.h>
 #include <linux/completion.h>
+#include <linux/file.h>
 #include <linux/highmem.h>
 #include <linux/hrtimer.h>
 #include <linux/kernel_read_file.h>
 #include <linux/slab.h>
 #include <linux/vmalloc.h>
+#include <linux/version.h>
 
 #include "raceblk.h"
 #include "internal.h"
@@ -503,7 +505,12 @@ static int raceblk_alloc_disk(struct raceblk_dev *dev)
 	if (err)
 		return err;
 
+	/* 6.9 takes the queue limits here: NULL for the defaults. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 9, 0)
+	disk = blk_mq_alloc_disk(&dev->tag_set, NULL, dev);
+#else
 	disk = blk_mq_alloc_disk(&dev->tag_set, dev);
+#endif
 	if (IS_ERR(disk)) {
 		blk_mq_free_tag_set(&dev->tag_set);
 		return PTR_ERR(disk);
@@ -528,18 +535,61 @@ static void raceblk_free_disk(struct raceblk_dev *dev)
 }
 
 /*
+ * Open the disk for reading as any opener does, through the block layer
+ * (which takes a reference on the disk's module).  6.9 opens block
+ * devices as files.
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 9, 0)
+struct raceblk_opened {
+	struct file *file;
+};
+
+static struct block_device *raceblk_open_disk(struct gendisk *disk,
+					      struct raceblk_opened *opened)
+{
+	opened->file = bdev_file_open_by_dev(disk_devt(disk), BLK_OPEN_READ,
+					     NULL, NULL);
+	if (IS_ERR(opened->file))
+		return ERR_CAST(opened->file);
+	return file_bdev(opened->file);
+}
+
+static void raceblk_close_disk(struct raceblk_opened *opened)
+{
+	fput(opened->file);
+}
+#else
+struct raceblk_opened {
+	struct block_device *bdev;
+};
+
+static struct block_device *raceblk_open_disk(struct gendisk *disk,
+					      struct raceblk_opened *opened)
+{
+	opened->bdev = blkdev_get_by_dev(disk_devt(disk), FMODE_READ, NULL);
+	return opened->bdev;
+}
+
+static void raceblk_close_disk(struct raceblk_opened *opened)
+{
+	blkdev_put(opened->bdev, FMODE_READ);
+}
+#endif
+
+/*
  * Read the first sector through the block layer, as a driver checking its
  * own disk during init would, and compare it with the image.
  */
 static int raceblk_scan_io(struct raceblk_dev *dev)
 {
+	struct raceblk_opened opened;
 	struct block_device *bdev;
 	struct bio_vec bvec;
 	struct page *page;
 	struct bio bio;
 	int err;
 
-	bdev = blkdev_get_by_dev(disk_devt(dev->disk), FMODE_READ, NULL);
+	bdev = raceblk_open_disk(dev->disk, &opened);
 	if (IS_ERR(bdev)) {
 		pr_err("cannot open %s during init: %pe\n",
 		       dev->disk->disk_name, bdev);
@@ -560,7 +610,7 @@ static int raceblk_scan_io(struct raceblk_dev *dev)
 		ERR_PTR(err));
 	__free_page(page);
 out_put_bdev:
-	blkdev_put(bdev, FMODE_READ);
+	raceblk_close_disk(&opened);
 	return err;
 }
 
