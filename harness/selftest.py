@@ -446,7 +446,7 @@ class Input(unittest.TestCase):
 		chosen = plan.scenarios(HARNESS / 'scenarios', plan.default_variants() + only)
 		on_only = {s.id for s in chosen if s.variant in only}
 		named = {row.id for row in plan.parse(HARNESS / 'scenarios')[0]
-			 if any(v in only for v in row.variants)}
+			 if any(v in only for v in plan.row_variants(row, plan.current_tree()))}
 		self.assertEqual(on_only, named)
 		self.assertNotIn('none', on_only)
 
