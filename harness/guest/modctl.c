@@ -20,6 +20,8 @@
  *                                        write() of VALUE (a sysfs
  *                                        parameter): the first failure
  *                                        of the two
+ *   modctl drain TTY                     tcdrain(): wait until what was
+ *                                        written to TTY has left the UART
  *
  * Exit status: 0 when the call succeeded, 1 when it failed, 2 on bad usage.
  */
@@ -31,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <termios.h>
 #include <unistd.h>
 
 static int report(long ret)
@@ -47,7 +50,8 @@ static int usage(void)
 {
 	fputs("usage: modctl load|force-load FILE [PARAM=VALUE ...]\n"
 	      "       modctl unload NAME [force] [wait]\n"
-	      "       modctl write FILE VALUE\n", stderr);
+	      "       modctl write FILE VALUE\n"
+	      "       modctl drain TTY\n", stderr);
 	return 2;
 }
 
@@ -123,6 +127,25 @@ static int write_file(int argc, char **argv)
 	return report(done < 0 ? done : 0);
 }
 
+/*
+ * The last close of a serial port waits for its output to drain, but a
+ * port still open elsewhere (a helper that inherited it) closes at once:
+ * init asks for the drain itself before the guest reboots.
+ */
+static int drain(int argc, char **argv)
+{
+	int fd, ret;
+
+	if (argc != 1)
+		return usage();
+	fd = open(argv[0], O_WRONLY | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0)
+		return report(fd);
+	ret = tcdrain(fd);
+	close(fd);
+	return report(ret);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
@@ -136,5 +159,7 @@ int main(int argc, char **argv)
 		return unload(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "write"))
 		return write_file(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "drain"))
+		return drain(argc - 2, argv + 2);
 	return usage();
 }
