@@ -6,10 +6,10 @@ Each row is ``id | variants | image | params | console | steps`` (a '|'
 with blanks around it ends a column; a regex may use '|' without).  A
 variant may name a tree, ``fixed@6.12`` (or ``all@6.1``): the row runs on
 that tree's kernels only, for behaviour that differs between the trees
-(kernel-patches/TREE/).  A row that would never run, or would run and fail for a reason that has nothing
-to do with the kernel (a misspelt variant, an unknown step, a console
-regex that does not compile), is an error here, named ``FILE:LINE``,
-before any guest boots.
+(kernel-patches/TREE/).  A row that would never run, or would run and
+fail for a reason that has nothing to do with the kernel (a misspelt
+variant, an unknown step, a console regex that does not compile), is an
+error here, named ``FILE:LINE``, before any guest boots.
 
     harness/plan.py check [TABLE [VARIANT...]]
                                     validate the table, and that each
