@@ -353,6 +353,11 @@ $(BUILD)/initramfs/images/%.cpio.gz: $(BUILD)/images/%.img images/%.expected \
 # --- entry points ------------------------------------------------------------
 test: deps
 	@$(MAKE) --no-print-directory initramfs images-check
+	@# Built means up to date: a kernel restored from the cache once
+	@# looked stale again, and every make restored it and rebuilt all
+	@# that depends on it.
+	@$(MAKE) --no-print-directory -q initramfs || \
+		{ echo "build: make initramfs still has work right after it ran (make -d -q initramfs says what)" >&2; exit 1; }
 	@VARIANTS="$(VARIANTS)" harness/run -j $(JOBS) $(OWN_IMAGE_ARGS)
 
 race-demo: deps
