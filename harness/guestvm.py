@@ -27,6 +27,8 @@ import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
+import plan
+
 QEMU = 'qemu-system-x86_64'
 CMDLINE = 'console=ttyS0 reboot=t panic=-1'
 
@@ -77,7 +79,7 @@ class Machine:
 		self.accel, self.variant, self.kernel = accel, variant, kernel
 		self.kind, self.disk = kind, disk
 		# KASAN's shadow and kmemleak's metadata want room.
-		self.memory = 768 if 'debug' in variant.split('-')[1:] else 256
+		self.memory = 768 if 'debug' in plan.fragments_of(variant) else 256
 
 	def board(self) -> List[str]:
 		"""microvm, or pc with DISK on its PIIX3 IDE controller (writes go

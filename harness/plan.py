@@ -98,6 +98,17 @@ def split_variant(word: str) -> Tuple[str, Optional[str]]:
 	return name, tree or None
 
 
+def series_of(variant: str) -> str:
+	"""'vanilla-debug' -> 'vanilla': the series a variant is built from
+	(the Makefile's series_of)."""
+	return variant.split('-')[0]
+
+
+def fragments_of(variant: str) -> List[str]:
+	"""'vanilla-debug' -> ['debug']: its config fragments besides base."""
+	return variant.split('-')[1:]
+
+
 def row_variants(row: Row, tree: str) -> Tuple[str, ...]:
 	"""The row's variants on TREE, tree names taken off."""
 	return tuple(name for name, only in map(split_variant, row.variants) if only in (None, tree))
@@ -214,7 +225,7 @@ def tree_errors(top: pathlib.Path = TOP) -> List[str]:
 	wanted = set(default_variants(top) + row_only_variants(top))
 	return [f'kernel-patches/{tree}/ has no series.{name} (kernel-patches/variants names it)'
 		for tree in trees(top)
-		for name in sorted({v.split('-')[0] for v in wanted} - tree_series(tree, top))]
+		for name in sorted({series_of(v) for v in wanted} - tree_series(tree, top))]
 
 
 DEFAULT_IMAGE = 'mbr-primary'

@@ -98,6 +98,9 @@ soak_holder_close() {
 	poll 5 soak_gone "$SOAK_HOLDER" || true
 }
 
+# soak_gone PID: PID has exited, a zombie counting as gone (soak.sh never
+# waits for its holders, so unlike steps.sh's process_settled it cannot
+# rely on kill -0; an oops is the report check's to find).
 soak_gone() {
 	local state=""
 
