@@ -35,6 +35,35 @@ killed_by_oops() {
 	dmesg | grep -q "Comm: $1 "
 }
 
+# fate PID COMM: what became of PID, a task named COMM that did not answer
+# in time: "died" when an oops killed a task named COMM (it may then hang
+# in its exit) or PID is gone; "hung in FUNCTION" when it sleeps and
+# cannot be woken (state D; FUNCTION is its wchan: on 6.12 a holder's
+# close waits there for the disk's open_mutex, which the loader held when
+# it oopsed); else "silent (STATE)", which no row expects.
+fate() {
+	local state=""
+
+	if killed_by_oops "$2"; then
+		echo died
+		return
+	fi
+	{ read -r _ _ state _ < "/proc/$1/stat"; } 2>/dev/null
+	case $state in
+	"" | Z | X) echo died ;;
+	D) echo "hung in $(cat "/proc/$1/wchan" 2>/dev/null)" ;;
+	*) echo "silent ($state)" ;;
+	esac
+}
+
+# fate_is EXPECTED GOT: EXPECTED is died or hung, and GOT is that fate.
+fate_is() {
+	case $1 in
+	died | hung) [ "${2%% *}" = "$1" ] ;;
+	*) false ;;
+	esac
+}
+
 # or_died COMM ANSWER: ANSWER, or "died" when there is none and an oops
 # killed a task named COMM.
 or_died() {
@@ -858,17 +887,21 @@ holder_settled() {
 }
 
 # holder_watch PID: wait until holder_settled, for up to 20 s; then, unless
-# the answer came, answer "died" in blkhold's place.  blkhold answers each
-# command with one write of a whole line, and so does this, so a reader
-# never sees half a line.
+# the answer came, answer blkhold's fate in its place.  blkhold answers
+# each command with one write of a whole line, and so does this, so a
+# reader never sees half a line.
 holder_watch() {
+	local why
+
 	poll 20 holder_settled "$1" || true
-	[ -e /tmp/hold.answered ] || echo died > /tmp/hold.ans
+	why=$(fate "$1" blkhold)
+	[ -e /tmp/hold.answered ] || echo "$why" > /tmp/hold.ans
 }
 
-# holder_ask COMMAND: send COMMAND to blkhold, print its answer, or "died"
-# when it is gone: an oops killed it (it may then hang in its exit, keeping
-# the answer pipe open, so the kernel log tells), or it was silent for 20 s.
+# holder_ask COMMAND: send COMMAND to blkhold, print its answer, or its fate
+# (see fate) when it has none in 20 s: "died" when it is gone or an oops
+# killed it (it may then hang in its exit, keeping the answer pipe open, so
+# the kernel log tells), "hung in FUNCTION" when it waits there for good.
 # One blocking read per answer, never a timed one: busybox's read -t can
 # give up after consuming part of a line, and that part is lost.
 holder_ask() {
@@ -884,10 +917,10 @@ holder_ask() {
 	echo "$answer"
 }
 
-# expect_answer STEP EXPECTED ANSWER: compare blkhold's answer.
+# expect_answer STEP EXPECTED ANSWER: compare blkhold's answer (or fate).
 expect_answer() {
 	echo "blkhold $1: $3, expected $1 $2"
-	[ "$3" = "$1 $2" ] || { [ "$2" = died ] && [ "$3" = died ]; }
+	[ "$3" = "$1 $2" ] || fate_is "$2" "$3"
 }
 
 # holder_open=DEV[:ERRNO]: blkhold opens /dev/DEV (see device_of: disk,
@@ -910,7 +943,7 @@ step_holder_open() {
 	expect_answer open "$expected" "$(holder_ask open "/dev/$dev")"
 }
 
-# holder_read=ERRNO|died: read all of the held device; when that works,
+# holder_read=ERRNO|died|hung: read all of the held device; when that works,
 # the bytes must be the image's.
 step_holder_read() {
 	local answer sum got
@@ -924,7 +957,7 @@ step_holder_read() {
 	[ "$got" = "$sum" ]
 }
 
-# holder_close=ERRNO|died: blkhold closes the held device.
+# holder_close=ERRNO|died|hung: blkhold closes the held device.
 step_holder_close() {
 	expect_answer close "$1" "$(holder_ask close)"
 }
@@ -944,8 +977,9 @@ process_settled() {
 	! kill -0 "$1" 2>/dev/null || killed_by_oops "$2"
 }
 
-# open=DEV[:ERRNO|died]: a process of its own opens /dev/DEV (see
-# device_of) and exits: ERRNO (default OK), or died when an oops killed it.
+# open=DEV[:ERRNO|died|hung]: a process of its own opens /dev/DEV (see
+# device_of) and exits: ERRNO (default OK), or its fate (see fate) when it
+# gave no answer in 20 s or an oops killed it.
 step_open() {
 	local dev expected=OK pid got
 
@@ -956,10 +990,10 @@ step_open() {
 	poll 20 process_settled "$pid" blkhold || true
 	got=$(cat /tmp/open.ans)
 	if killed_by_oops blkhold || [ -z "$got" ]; then
-		got=died
+		got=$(fate "$pid" blkhold)
 	fi
 	echo "open /dev/$dev: $got, expected $expected"
-	[ "$got" = "open $expected" ] || { [ "$expected" = died ] && [ "$got" = died ]; }
+	[ "$got" = "open $expected" ] || fate_is "$expected" "$got"
 }
 
 # churn_start=DEV: two processes open, read and close /dev/DEV (see
@@ -1036,9 +1070,9 @@ step_reader_stop() {
 	kill -STOP "$(cat /tmp/reader.pid)" && echo "reader stopped"
 }
 
-# reader_done=OK|ERRNO|died: let the reader go on (SIGCONT) and see how it
-# ends: OK, failing with an errno from a read, or killed by an oops (it may
-# then hang in its exit, so the kernel log tells).
+# reader_done=OK|ERRNO|died|hung: let the reader go on (SIGCONT) and see
+# how it ends: OK, failing with an errno from a read, or its fate (see
+# fate) when it has not ended in 20 s or an oops killed it.
 reader_settled() {
 	! kill -0 "$(cat /tmp/reader.pid)" 2>/dev/null || killed_by_oops dd
 }
@@ -1050,7 +1084,7 @@ step_reader_done() {
 	kill -CONT "$pid"
 	poll 20 reader_settled
 	if killed_by_oops dd || kill -0 "$pid" 2>/dev/null; then
-		got=died
+		got=$(fate "$pid" dd)
 	else
 		wait "$pid" && status=0 || status=$?
 		got=OK
@@ -1060,7 +1094,7 @@ step_reader_done() {
 		fi
 	fi
 	echo "reader: ${got:-exit $status: $(cat /tmp/reader.err)}, expected $1"
-	[ "$got" = "$1" ]
+	[ "$got" = "$1" ] || fate_is "$1" "$got"
 }
 
 # --- debug kernels ------------------------------------------------------------
