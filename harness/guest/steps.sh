@@ -1010,14 +1010,29 @@ step_churn_start() {
 	echo "2 processes opening, reading and closing /dev/$dev for 3 s"
 }
 
+# churner_settled N: churner N wrote its line (blkhold writes it whole,
+# newline last), or it is gone, or an oops killed it.
+churner_settled() {
+	[ "$(wc -l < "/tmp/churn.$1")" -gt 0 ] ||
+		process_settled "$(cat "/tmp/churn.$1.pid")" blkhold
+}
+
 # churn_done: both churners ran to the end, and say how often they opened.
+# Their lines are waited for, not their exits: once, in 1 run of 50, the
+# second churner's file was still empty when "wait" had returned.
 step_churn_done() {
-	local n status=0
+	local n pid got status=0
 
 	for n in 1 2; do
-		wait "$(cat "/tmp/churn.$n.pid")" || true
-		echo "churner $n: $(cat "/tmp/churn.$n")"
-		grep -q '^churn OK' "/tmp/churn.$n" || status=1
+		pid=$(cat "/tmp/churn.$n.pid")
+		poll 20 churner_settled "$n" || true
+		got=$(cat "/tmp/churn.$n")
+		[ -n "$got" ] || got=$(fate "$pid" blkhold)
+		echo "churner $n: $got"
+		case $got in
+		"churn OK "*) wait "$pid" 2>/dev/null || true ;;
+		*) status=1 ;;
+		esac
 	done
 	return $status
 }
