@@ -102,10 +102,7 @@ soak_holder_close() {
 # waits for its holders, so unlike steps.sh's process_settled it cannot
 # rely on kill -0; an oops is the report check's to find).
 soak_gone() {
-	local state=""
-
-	{ read -r _ _ state _ < "/proc/$1/stat"; } 2> /dev/null
-	case $state in
+	case $(task_state "$1") in
 	"" | Z) return 0 ;;
 	esac
 	return 1

@@ -35,6 +35,15 @@ killed_by_oops() {
 	dmesg | grep -q "Comm: $1 "
 }
 
+# task_state PID: PID's state letter from /proc/PID/stat (R, S, D, Z...),
+# nothing when there is no such task.
+task_state() {
+	local state=""
+
+	{ read -r _ _ state _ < "/proc/$1/stat"; } 2>/dev/null
+	echo "$state"
+}
+
 # fate PID COMM: what became of PID, a task named COMM that did not answer
 # in time: "died" when an oops killed a task named COMM (it may then hang
 # in its exit) or PID is gone; "hung in FUNCTION" when it sleeps and
@@ -42,13 +51,13 @@ killed_by_oops() {
 # close waits there for the disk's open_mutex, which the loader held when
 # it oopsed); else "silent (STATE)", which no row expects.
 fate() {
-	local state=""
+	local state
 
 	if killed_by_oops "$2"; then
 		echo died
 		return
 	fi
-	{ read -r _ _ state _ < "/proc/$1/stat"; } 2>/dev/null
+	state=$(task_state "$1")
 	case $state in
 	"" | Z | X) echo died ;;
 	D) echo "hung in $(cat "/proc/$1/wchan" 2>/dev/null)" ;;
