@@ -903,6 +903,7 @@ holder_watch() {
 	local why
 
 	poll 20 holder_settled "$1" || true
+	[ ! -e /tmp/hold.answered ] || return 0
 	why=$(fate "$1" blkhold)
 	[ -e /tmp/hold.answered ] || echo "$why" > /tmp/hold.ans
 }
