@@ -312,7 +312,10 @@ def save_snapshot(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd:
 		qmp_path = os.path.join(guest.sockdir, 'qmp')
 		qmp_listener = guest.listen(qmp_path)
 		args = machine.args(initrd, workdir / 'console.log', guest.ktap_path)
-		args += ['-chardev', f'socket,id=qmp,path={qemu_value(qmp_path)}', '-mon', 'chardev=qmp,mode=control']
+		args += ['-chardev', f'socket,id=qmp,path={qemu_value(qmp_path)}', '-mon', 'chardev=qmp,mode=control',
+			 # Saved paused (below) but restored running: leave the run
+			 # state out of the snapshot, so -incoming starts the guest.
+			 '-global', 'migration.store-global-state=off']
 		guest.start(args)
 		ktap = guest.accept(guest.ktap_listener, 'KTAP port')
 		qmp = Qmp(guest.accept(qmp_listener, 'QMP monitor'), guest)
@@ -323,6 +326,11 @@ def save_snapshot(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd:
 				raise Fault('the guest did not reach its snapshot point before the deadline')
 			with open(tmp, 'wb') as image:
 				qmp.execute('getfd', fd=image.fileno(), fdname='snapshot')
+			# Paused first: a live save copies memory while the guest
+			# writes it.  Twice here (TCG, QEMU 7.2), a snapshot saved
+			# live while the kernel switched clocksources crashed the
+			# idle task at every restore.
+			qmp.execute('stop')
 			qmp.execute('migrate', uri='fd:snapshot')
 			status = 'active'
 			while status not in ('completed', 'failed', 'cancelled'):

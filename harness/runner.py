@@ -9,8 +9,9 @@ VM (a crash must not poison the next one), restored from a snapshot of its
 variant's guest taken where /init waits for work (build/KERNEL/snapshots/, saved
 again when the kernel, the archive or QEMU change) when the variant has 3
 scenarios or more in the run, else booted cold.  --snapshot and --cold
-force either way; a snapshot that cannot be saved falls back to cold
-boots.  The host sends each guest its resolved row (params and steps); the
+force either way.  A new snapshot is restored once before use; one
+that cannot be saved, or crashes at that restore three times, falls back to
+cold boots.  The host sends each guest its resolved row (params and steps); the
 guest answers in KTAP on its second serial port, its console goes to a log.
 A guest still running at --timeout is killed with its process group.
 
@@ -54,6 +55,7 @@ SHOWN = os.path.relpath(BUILD, TOP) if BUILD.is_relative_to(TOP) else str(BUILD)
 RESULTS = BUILD / 'results'
 TABLE = HARNESS / 'scenarios'
 SNAPSHOT_MIN = 3	# a snapshot costs about two boots
+SAVE_TRIES = 3
 
 USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list] [--matrix N] [--filter GLOBS] '
 	 '[--shard I/N] [--timeout SECONDS] [--table FILE] [--repeat N] [--image PATH [--expected FILE]]')
@@ -315,7 +317,8 @@ class Runner:
 
 	def save_snapshot(self, variant: str) -> Optional[str]:
 		"""Save VARIANT's snapshot unless the saved one is current; None
-		when it is usable, else why not."""
+		when it is usable, else why not.  A new snapshot is kept only
+		when a first restore of it runs clean (SAVE_TRIES saves at most)."""
 		snapdir = BUILD / 'snapshots' / variant
 		machine = self.machine(variant)
 		parts = [initramfs_of(variant), image_archive(plan.DEFAULT_IMAGE)]
@@ -324,17 +327,40 @@ class Runner:
 		if (snapdir / 'key').is_file() and (snapdir / 'key').read_text().strip() == key and vm.is_file():
 			self.snapshots[variant] = vm
 			return None
+		for _ in range(SAVE_TRIES):
+			shutil.rmtree(snapdir, ignore_errors=True)
+			snapdir.mkdir(parents=True)
+			write_initrd(variant, plan.DEFAULT_IMAGE, snapdir / 'vm.initrd')
+			try:
+				guestvm.save_snapshot(machine, snapdir, self.sockdir, snapdir / 'vm.initrd', vm,
+						      2 * self.opts.timeout)
+				problem = self.restore_problem(variant, snapdir)
+			except guestvm.Fault as fault:
+				return str(fault)
+			if not problem:
+				(snapdir / 'key').write_text(key + '\n')
+				self.snapshots[variant] = vm
+				return None
 		shutil.rmtree(snapdir, ignore_errors=True)
-		snapdir.mkdir(parents=True)
-		write_initrd(variant, plan.DEFAULT_IMAGE, snapdir / 'vm.initrd')
-		try:
-			guestvm.save_snapshot(machine, snapdir, self.sockdir, snapdir / 'vm.initrd', vm,
-					      2 * self.opts.timeout)
-		except guestvm.Fault as fault:
-			return str(fault)
-		(snapdir / 'key').write_text(key + '\n')
-		self.snapshots[variant] = vm
-		return None
+		return f'{SAVE_TRIES} snapshots saved; the first restore of each failed: {problem}'
+
+	def restore_problem(self, variant: str, snapdir: pathlib.Path) -> str:
+		"""Restore SNAPDIR's new snapshot once, with no steps: '' when the
+		guest answers in KTAP and its console shows no crash line, else
+		what went wrong.  (A snapshot that crashes at its restore would
+		fail every scenario of the variant.)"""
+		check = snapdir / 'check'
+		check.mkdir()
+		message = guestvm.scenario_message(variant, 'snapshot-check', plan.DEFAULT_IMAGE, (), ())
+		outcome = guestvm.run_scenario(self.machine(variant), check, self.sockdir, snapdir / 'vm.initrd',
+					       message, self.opts.timeout, snapshot=snapdir / 'vm')
+		console, ktap = (check / 'console.log', check / 'ktap')
+		crashes = verdict.crash_lines(console.read_bytes().decode(errors='replace') if console.exists() else '')
+		if crashes:
+			return f'its console says {crashes[0]!r}'
+		if outcome != 'exited' or not (ktap.exists() and ktap.read_bytes().startswith(b'KTAP version 1')):
+			return f'the guest gave no KTAP ({outcome}); its console:\n{guestvm.log_tail(console)}'
+		return ''
 
 	def choose_boots(self) -> str:
 		"""Per variant, snapshot restores or cold boots; saves the

@@ -70,7 +70,7 @@ class FakeBuild:
 		path.write_bytes(b'fake\n')
 
 	def env(self, mode: str) -> dict:
-		return {**os.environ, 'RACEBLK_BUILD': str(self.build), 'FAKE_QEMU': mode,
+		return {**os.environ, 'RACEBLK_BUILD': str(self.build), 'FAKE_QEMU': mode, 'FAKE_QEMU_STATE': str(self.root),
 			'VARIANTS': ' '.join(self.variants), 'PATH': f'{self.bin}:{os.environ["PATH"]}'}
 
 	def run(self, mode: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -164,6 +164,21 @@ class Faults(Case):
 		self.assertIn('snapshots', done.stdout)
 		self.assertTrue((self.fake.build / 'snapshots/vanilla/vm').is_file())
 		self.assertSummary(done, 6, 0, 0)
+
+	def test_snapshot_that_crashes_at_restore_is_saved_again(self):
+		done = self.fake.run('first-restore-crash', '--snapshot', '--filter', MANY)
+		self.assertSummary(done, 6, 0, 0)
+		self.assertNotIn('cannot save a snapshot', done.stderr)
+		self.assertIn('snapshots', done.stdout)
+		self.assertTrue((self.fake.build / 'snapshots/vanilla/key').is_file())
+
+	def test_snapshot_that_always_crashes_at_restore_is_dropped(self):
+		done = self.fake.run('restore-crash', '--snapshot', '--filter', MANY)
+		self.assertSummary(done, 6, 0, 0)	# booted cold, where nothing crashes
+		self.assertIn('cold boots', done.stdout)
+		self.assertRegex(done.stderr, r'cannot save a snapshot of vanilla; cold boots instead\. 3 snapshots saved; '
+				 r"the first restore of each failed: its console says 'WARNING: CPU: 0 PID: 0 at ")
+		self.assertFalse((self.fake.build / 'snapshots/vanilla').exists())
 
 	def test_snapshot_save_never_completes(self):
 		start = time.monotonic()
