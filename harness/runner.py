@@ -255,6 +255,12 @@ def check_built(scenarios: List[Scenario], variants: List[str]) -> None:
 		raise Refusal(f'{guestvm.QEMU} not found: apt-get install qemu-system-x86')
 
 
+def answered_ktap(workdir: pathlib.Path) -> bool:
+	"""The guest run in WORKDIR began a KTAP document on its port."""
+	ktap = workdir / 'ktap'
+	return ktap.exists() and ktap.read_bytes().startswith(b'KTAP version 1')
+
+
 def write_initrd(variant: str, image: str, out: pathlib.Path) -> None:
 	"""The variant's archive, then the image's: the kernel unpacks both."""
 	with open(out, 'wb') as f:
@@ -313,7 +319,7 @@ class Runner:
 					     message, 20)
 		except guestvm.Fault:
 			return False
-		return (probe / 'ktap').read_bytes().startswith(b'KTAP version 1')
+		return answered_ktap(probe)
 
 	def save_snapshot(self, variant: str) -> Optional[str]:
 		"""Save VARIANT's snapshot unless the saved one is current; None
@@ -354,11 +360,11 @@ class Runner:
 		message = guestvm.scenario_message(variant, 'snapshot-check', plan.DEFAULT_IMAGE, (), ())
 		outcome = guestvm.run_scenario(self.machine(variant), check, self.sockdir, snapdir / 'vm.initrd',
 					       message, self.opts.timeout, snapshot=snapdir / 'vm')
-		console, ktap = (check / 'console.log', check / 'ktap')
+		console = check / 'console.log'
 		crashes = verdict.crash_lines(console.read_bytes().decode(errors='replace') if console.exists() else '')
 		if crashes:
 			return f'its console says {crashes[0]!r}'
-		if outcome != 'exited' or not (ktap.exists() and ktap.read_bytes().startswith(b'KTAP version 1')):
+		if outcome != 'exited' or not answered_ktap(check):
 			return f'the guest gave no KTAP ({outcome}); its console:\n{guestvm.log_tail(console)}'
 		return ''
 
