@@ -29,10 +29,11 @@ poll() {
 	done
 }
 
-# killed_by_oops COMM: the kernel oopsed in a task named COMM.  Such a task
-# may then hang in its exit forever, so its exit cannot be waited for.
+# killed_by_oops COMM [PID]: the kernel oopsed in a task named COMM (with
+# that PID).  Such a task may then hang in its exit forever, so its exit
+# cannot be waited for.
 killed_by_oops() {
-	dmesg | grep -q "Comm: $1 "
+	dmesg | grep -q "${2:+PID: $2 }Comm: $1 "
 }
 
 # task_state PID: PID's state letter from /proc/PID/stat (R, S, D, Z...),
@@ -45,15 +46,15 @@ task_state() {
 }
 
 # fate PID COMM: what became of PID, a task named COMM that did not answer
-# in time: "died" when an oops killed a task named COMM (it may then hang
-# in its exit) or PID is gone; "hung in FUNCTION" when it sleeps and
+# in time: "died" when an oops killed it (it may then hang in its exit)
+# or PID is gone; "hung in FUNCTION" when it sleeps and
 # cannot be woken (state D; FUNCTION is its wchan: on 6.12 a holder's
 # close waits there for the disk's open_mutex, which the loader held when
 # it oopsed); else "silent (STATE)", which no row expects.
 fate() {
 	local state
 
-	if killed_by_oops "$2"; then
+	if killed_by_oops "$2" "$1"; then
 		echo died
 		return
 	fi
@@ -71,6 +72,27 @@ fate_is() {
 	died | hung) [ "${2%% *}" = "$1" ] ;;
 	*) false ;;
 	esac
+}
+
+# process_settled PID COMM: PID has exited, or an oops killed it.
+process_settled() {
+	! kill -0 "$1" 2>/dev/null || killed_by_oops "$2" "$1"
+}
+
+# settle PID COMM: wait up to SETTLE_SECONDS (20) for PID, a background
+# task named COMM, to exit, and reap it: returns its exit status.  When it has not exited,
+# or an oops killed it, SETTLED is its fate (see fate) and settle returns
+# 255.  Never a plain "wait": a task an oops killed may hang in its exit
+# for good, and the step would then wait for the guest's timeout.  Not
+# for $(...): a subshell cannot reap its parent's child.
+settle() {
+	SETTLED=
+	poll "${SETTLE_SECONDS:-20}" process_settled "$1" "$2" || true
+	if kill -0 "$1" 2>/dev/null || killed_by_oops "$2" "$1"; then
+		SETTLED=$(fate "$1" "$2")
+		return 255
+	fi
+	wait "$1"
 }
 
 # or_died COMM ANSWER: ANSWER, or "died" when there is none and an oops
@@ -559,8 +581,9 @@ step_bg_waiting() {
 step_bg_done() {
 	local tag=${1%%:*} expected=${1#*:} got
 
-	wait "$(cat "/tmp/bg.$tag.pid")" || true
+	settle "$(cat "/tmp/bg.$tag.pid")" modctl || true
 	got=$(cat "/tmp/bg.$tag.out")
+	[ -n "$got" ] || got=$SETTLED
 	echo "$tag: $got, expected $expected"
 	[ "$got" = "$expected" ]
 }
@@ -868,8 +891,9 @@ step_released_at() {
 step_load_done() {
 	local got
 
-	wait "$(cat /tmp/load.pid)"
-	got=$(or_died modctl "$(cat /tmp/load.out)")
+	settle "$(cat /tmp/load.pid)" modctl || true
+	got=$(cat /tmp/load.out)
+	[ -n "$got" ] || got=$SETTLED
 	echo "background finit_module() = $got, expected $1"
 	[ "$got" = "$1" ]
 }
@@ -982,11 +1006,6 @@ step_mod_refcnt() {
 	sysfs_expect "/sys/module/${1%%:*}/refcnt" "${1#*:}"
 }
 
-# process_settled PID COMM: PID has exited, or an oops killed it.
-process_settled() {
-	! kill -0 "$1" 2>/dev/null || killed_by_oops "$2"
-}
-
 # open=DEV[:ERRNO|died|hung]: a process of its own opens /dev/DEV (see
 # device_of) and exits: ERRNO (default OK), or its fate (see fate) when it
 # gave no answer in 20 s or an oops killed it.
@@ -999,7 +1018,7 @@ step_open() {
 	pid=$!
 	poll 20 process_settled "$pid" blkhold || true
 	got=$(cat /tmp/open.ans)
-	if killed_by_oops blkhold || [ -z "$got" ]; then
+	if killed_by_oops blkhold "$pid" || [ -z "$got" ]; then
 		got=$(fate "$pid" blkhold)
 	fi
 	echo "open /dev/$dev: $got, expected $expected"
@@ -1071,7 +1090,10 @@ step_inflight() {
 
 # read_done: the background read completed with the image's first 4 KiB.
 step_read_done() {
-	wait "$(cat /tmp/bg.pid)" || { cat /tmp/bg.err; return 1; }
+	if ! settle "$(cat /tmp/bg.pid)" dd; then
+		echo "read: ${SETTLED:-$(cat /tmp/bg.err)}"
+		return 1
+	fi
 	echo "read done: $(wc -c < /tmp/bg.data) bytes"
 	head -c 4096 "/lib/firmware/raceblk/$IMAGE.img" | cmp - /tmp/bg.data &&
 		echo "the image's first 4 KiB"
@@ -1098,25 +1120,19 @@ step_reader_stop() {
 # reader_done=OK|ERRNO|died|hung: let the reader go on (SIGCONT) and see
 # how it ends: OK, failing with an errno from a read, or its fate (see
 # fate) when it has not ended in 20 s or an oops killed it.
-reader_settled() {
-	! kill -0 "$(cat /tmp/reader.pid)" 2>/dev/null || killed_by_oops dd
-}
-
 step_reader_done() {
 	local pid got status
 
 	pid=$(cat /tmp/reader.pid)
 	kill -CONT "$pid"
-	poll 20 reader_settled
-	if killed_by_oops dd || kill -0 "$pid" 2>/dev/null; then
-		got=$(fate "$pid" dd)
-	else
-		wait "$pid" && status=0 || status=$?
+	settle "$pid" dd && status=0 || status=$?
+	if [ -n "$SETTLED" ]; then
+		got=$SETTLED
+	elif [ "$status" -eq 0 ]; then
 		got=OK
-		if [ "$status" -ne 0 ]; then
-			got=
-			grep -q 'Input/output error' /tmp/reader.err && got=EIO
-		fi
+	else
+		got=
+		grep -q 'Input/output error' /tmp/reader.err && got=EIO
 	fi
 	echo "reader: ${got:-exit $status: $(cat /tmp/reader.err)}, expected $1"
 	[ "$got" = "$1" ] || fate_is "$1" "$got"
