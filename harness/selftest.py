@@ -605,13 +605,17 @@ class GuestSteps(unittest.TestCase):
 	"""Functions of harness/guest/steps.sh, run by the host's busybox sh
 	with a stand-in dmesg: what a step concludes about a background task."""
 
+	# An oops in task PID, as 6.1 logs it.
+	OOPS = 'BUG: unable to handle page fault\\nOops: 0000 [#1]\\nCPU: 0 PID: {} Comm: sleep Tainted: G'
+
 	def settle(self, task: str, log: str = '') -> list[str]:
 		"""Start TASK in the background, settle it; its status and SETTLED.
 		The stand-in dmesg (a function: busybox runs its own applet before
-		a program on PATH) prints LOG, with $pid as the task's PID."""
+		a program on PATH) prints LOG, with $pid as the task's PID and
+		\\n between lines."""
 		script = (f'. {HARNESS}/guest/steps.sh\n'
 			  f'{task} & pid=$!\n'
-			  f'dmesg() {{ echo "{log}"; }}\n'
+			  f'dmesg() {{ printf \'%b\\n\' "{log}"; }}\n'
 			  'SETTLE_SECONDS=2 settle "$pid" sleep && status=0 || status=$?\n'
 			  'echo "$status:$SETTLED"; kill "$pid" 2>/dev/null\n')
 		done = subprocess.run(['busybox', 'sh', '-c', script], capture_output=True, text=True, check=False,
@@ -625,11 +629,16 @@ class GuestSteps(unittest.TestCase):
 	def test_task_an_oops_killed_is_not_waited_for(self):
 		# It may hang in its exit for good: a plain wait would too.
 		start = time.monotonic()
-		self.assertEqual(self.settle('sleep 60', 'CPU: 0 PID: $pid Comm: sleep Tainted: G'), ['255:died'])
+		self.assertEqual(self.settle('sleep 60', self.OOPS.format('$pid')), ['255:died'])
 		self.assertLess(time.monotonic() - start, 10)
 
 	def test_oops_of_another_task_of_that_name_is_not_its_own(self):
-		self.assertEqual(self.settle('sleep 0.3', 'CPU: 0 PID: 1$pid Comm: sleep Tainted: G'), ['0:'])
+		self.assertEqual(self.settle('sleep 0.3', self.OOPS.format('1$pid')), ['0:'])
+
+	def test_warning_does_not_kill_its_task(self):
+		# A WARNING (or a KASAN report) names the task as an oops does.
+		warning = 'WARNING: CPU: 0 PID: $pid at kernel/module/main.c:843\\nCPU: 0 PID: $pid Comm: sleep Tainted: G'
+		self.assertEqual(self.settle('sleep 0.3', warning), ['0:'])
 
 	def test_task_still_running_at_the_deadline_gets_its_state(self):
 		self.assertEqual(self.settle('sleep 60'), ['255:silent', '(S)'])

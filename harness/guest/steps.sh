@@ -30,10 +30,12 @@ poll() {
 }
 
 # killed_by_oops COMM [PID]: the kernel oopsed in a task named COMM (with
-# that PID).  Such a task may then hang in its exit forever, so its exit
-# cannot be waited for.
+# that PID): its "CPU: 0 PID: N Comm: COMM" line right after an oops
+# header ("Oops: 0000 [#1]").  A WARNING or a KASAN report prints the same
+# line but lets the task go on.  A task an oops killed may hang in its
+# exit forever, so its exit cannot be waited for.
 killed_by_oops() {
-	dmesg | grep -q "${2:+PID: $2 }Comm: $1 "
+	dmesg | grep -A 1 '\[#[0-9][0-9]*\]' | grep -q "${2:+PID: $2 }Comm: $1 "
 }
 
 # task_state PID: PID's state letter from /proc/PID/stat (R, S, D, Z...),
