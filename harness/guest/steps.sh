@@ -82,11 +82,11 @@ process_settled() {
 }
 
 # settle PID COMM: wait up to SETTLE_SECONDS (20) for PID, a background
-# task named COMM, to exit, and reap it: returns its exit status.  When it has not exited,
-# or an oops killed it, SETTLED is its fate (see fate) and settle returns
-# 255.  Never a plain "wait": a task an oops killed may hang in its exit
-# for good, and the step would then wait for the guest's timeout.  Not
-# for $(...): a subshell cannot reap its parent's child.
+# task named COMM, to exit, and reap it: returns its exit status.  When
+# it has not exited, or an oops killed it, SETTLED is its fate (see fate)
+# and settle returns 255.  Never a plain "wait": a task an oops killed may
+# hang in its exit for good, and the step would then wait for the guest's
+# timeout.  Not for $(...): a subshell cannot reap its parent's child.
 settle() {
 	SETTLED=
 	poll "${SETTLE_SECONDS:-20}" process_settled "$1" "$2" || true
