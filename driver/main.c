@@ -554,9 +554,16 @@ static struct block_device *raceblk_open_disk(struct gendisk *disk,
 	return file_bdev(opened->file);
 }
 
+/*
+ * Release the open now, not at the loader's return from finit_module() as
+ * fput() would from a task: by then a failed init has been decided, and
+ * the pending release's module reference would count as a holder (fixed
+ * keeps the module) or run after the module is freed (vanilla).  The
+ * partition scan's fix, kernel-patches/6.12/scan/, does the same.
+ */
 static void raceblk_close_disk(struct raceblk_opened *opened)
 {
-	fput(opened->file);
+	__fput_sync(opened->file);
 }
 #else
 struct raceblk_opened {
