@@ -33,7 +33,7 @@ SOAK_POINTS="none alloc before_add_disk after_add_disk after_scan_io late"
 # Random draws use $RANDOM in this shell, never inside $(...): a subshell
 # would draw from a copy of the generator, and every cycle would be alike.
 
-# A cycle costs about 0.7 s on a TCG debug guest, and every process it
+# A cycle costs about 0.8 s on a TCG debug guest, and every process it
 # starts about 50 ms of that: the cycle starts only those it needs (modctl,
 # blkhold, dmesg), and no subshell.
 
