@@ -97,6 +97,14 @@ settle() {
 	wait "$1"
 }
 
+# modctl_answer PID FILE: settle the background modctl PID; ANSWER is what
+# it wrote to FILE, or its fate when it wrote nothing.
+modctl_answer() {
+	settle "$1" modctl || true
+	ANSWER=$(cat "$2")
+	[ -n "$ANSWER" ] || ANSWER=$SETTLED
+}
+
 # or_died COMM ANSWER: ANSWER, or "died" when there is none and an oops
 # killed a task named COMM.
 or_died() {
@@ -151,9 +159,8 @@ step_unload_twice() {
 	modctl unload raceblk > /tmp/unload.1 &
 	pid1=$!
 	modctl unload raceblk > /tmp/unload.2
-	settle "$pid1" modctl || true
-	a=$(cat /tmp/unload.1) b=$(cat /tmp/unload.2)
-	[ -n "$a" ] || a=$SETTLED
+	modctl_answer "$pid1" /tmp/unload.1
+	a=$ANSWER b=$(cat /tmp/unload.2)
 	echo "two rmmods at once: $a and $b"
 	case "$a $b" in
 	"OK EBUSY" | "EBUSY OK" | "OK ENOENT" | "ENOENT OK") ;;
@@ -582,13 +589,11 @@ step_bg_waiting() {
 
 # bg_done=TAG:ERRNO: background load TAG finished with ERRNO.
 step_bg_done() {
-	local tag=${1%%:*} expected=${1#*:} got
+	local tag=${1%%:*} expected=${1#*:}
 
-	settle "$(cat "/tmp/bg.$tag.pid")" modctl || true
-	got=$(cat "/tmp/bg.$tag.out")
-	[ -n "$got" ] || got=$SETTLED
-	echo "$tag: $got, expected $expected"
-	[ "$got" = "$expected" ]
+	modctl_answer "$(cat "/tmp/bg.$tag.pid")" "/tmp/bg.$tag.out"
+	echo "$tag: $ANSWER, expected $expected"
+	[ "$ANSWER" = "$expected" ]
 }
 
 # pr_err=TEXT: the driver logged "raceblk: TEXT..." at KERN_ERR.
@@ -872,10 +877,14 @@ step_kill_load() {
 	kill -9 "$pid"
 	# An oops on the way out (vanilla@6.12) is the row's to expect; a
 	# loader still there 20 s after SIGKILL is this step's failure.
-	if ! settle "$pid" modctl && [ "${SETTLED:-died}" != died ]; then
+	settle "$pid" modctl || true
+	case $SETTLED in
+	"" | died) ;;
+	*)
 		echo "loader $SETTLED after SIGKILL"
 		return 1
-	fi
+		;;
+	esac
 	line=$(dmesg | grep -m 1 'raceblk: hold at .* interrupted by a fatal signal')
 	echo "loader killed; ${line:-no \"interrupted by a fatal signal\" line from raceblk}"
 	[ -n "$line" ]
@@ -897,13 +906,9 @@ step_released_at() {
 # load_done=ERRNO|died: the background load finished with ERRNO, or an
 # oops killed it.
 step_load_done() {
-	local got
-
-	settle "$(cat /tmp/load.pid)" modctl || true
-	got=$(cat /tmp/load.out)
-	[ -n "$got" ] || got=$SETTLED
-	echo "background finit_module() = $got, expected $1"
-	[ "$got" = "$1" ]
+	modctl_answer "$(cat /tmp/load.pid)" /tmp/load.out
+	echo "background finit_module() = $ANSWER, expected $1"
+	[ "$ANSWER" = "$1" ]
 }
 
 stage_is() {
