@@ -223,8 +223,8 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/b
 #                    kernel, and the reverse): vermagic says so ("preempt")
 #   raceblk-release  the same with another release (LOCALVERSION=-other):
 #                    vermagic starts "6.1.192-other"
-#   raceblk-fixed    raceblk built for fixed, whose struct module is 8
-#                    bytes larger than vanilla's; the same vermagic
+#   raceblk-fixed    raceblk built for fixed, whose struct module is
+#                    larger than vanilla's; the same vermagic
 #   raceblk-proto    raceblk built against V's tree where
 #                    blk_mq_end_request() takes an int (a fixture patch):
 #                    another CRC for that symbol under MODVERSIONS

@@ -31,6 +31,10 @@ import plan
 
 QEMU = 'qemu-system-x86_64'
 CMDLINE = 'console=ttyS0 reboot=t panic=-1'
+# Races are shown where they happen: two vCPUs, each its own host thread
+# under TCG (multi-threaded TCG), so that the loader and an opener really
+# run at the same time on the two host cores.
+VCPUS = 2
 
 _running: Dict[int, subprocess.Popen] = {}
 # Reentrant: the signal handler (kill_all) may run on a thread that holds it.
@@ -75,9 +79,9 @@ class Machine:
 	all take their arguments from here."""
 
 	def __init__(self, accel: str, variant: str, kernel: pathlib.Path, kind: str = 'microvm',
-		     disk: Optional[pathlib.Path] = None):
+		     disk: Optional[pathlib.Path] = None, vcpus: int = VCPUS):
 		self.accel, self.variant, self.kernel = accel, variant, kernel
-		self.kind, self.disk = kind, disk
+		self.kind, self.disk, self.vcpus = kind, disk, vcpus
 		# KASAN's shadow and kmemleak's metadata want room.
 		self.memory = 768 if 'debug' in plan.fragments_of(variant) else 256
 
@@ -93,7 +97,8 @@ class Machine:
 		# la57=off: with 5-level paging, 6.1's generic KASAN sometimes
 		# reports a "wild-memory-access" in __common_interrupt() at boot
 		# (2 of 30 debug boots; 0 of 30 with 4-level paging).
-		return ['-accel', self.accel, '-cpu', 'max,la57=off', '-m', str(self.memory), '-smp', '1',
+		accel = 'tcg,thread=multi' if self.accel == 'tcg' else self.accel
+		return ['-accel', accel, '-cpu', 'max,la57=off', '-m', str(self.memory), '-smp', str(self.vcpus),
 			*self.board(), '-no-reboot', '-display', 'none', '-nodefaults',
 			'-chardev', f'file,id=console,path={qemu_value(console)}', '-serial', 'chardev:console',
 			'-chardev', f'socket,id=ktap,path={qemu_value(ktap_sock)}',

@@ -99,7 +99,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 			    help='every Nth scenario from the Ith')
 	parser.add_argument('--timeout', type=bounded(1, 3600), default=60, metavar='SECONDS')
 	parser.add_argument('--table', default=str(TABLE), metavar='FILE',
-			    help='the scenario table (default: harness/scenarios; make soak: harness/soak.scenarios)')
+			    help='the scenario table (default: harness/scenarios; make soak writes its own)')
+	parser.add_argument('--vcpus', type=bounded(1, 4), default=guestvm.VCPUS, metavar='N',
+			    help=f'each guest\'s vCPUs (default {guestvm.VCPUS})')
 	parser.add_argument('--repeat', type=bounded(1, 1000), default=1, metavar='N',
 			    help='boot every scenario N times; runs that disagree are FLAKY')
 	parser.add_argument('--image', type=pathlib.Path, metavar='PATH',
@@ -282,9 +284,9 @@ class Runner:
 	def machine(self, variant: str, accel: Optional[str] = None,
 		    scenario: Optional[Scenario] = None) -> guestvm.Machine:
 		if scenario is None or scenario.machine == 'microvm':
-			return guestvm.Machine(accel or self.accel, variant, kernel_of(variant))
+			return guestvm.Machine(accel or self.accel, variant, kernel_of(variant), vcpus=self.opts.vcpus)
 		return guestvm.Machine(accel or self.accel, variant, kernel_of(variant), scenario.machine,
-				       disk_of(scenario.image))
+				       disk_of(scenario.image), vcpus=self.opts.vcpus)
 
 	def message(self, scenario: Scenario, archive: bytes = b'') -> bytes:
 		return guestvm.scenario_message(scenario.variant, scenario.id, scenario.image,
@@ -634,7 +636,7 @@ def main(argv: List[str]) -> int:
 			runs = '' if opts.repeat == 1 else f' x {opts.repeat} runs'
 			print(f'harness: {len(scenarios)} scenarios{runs} on linux-source-{plan.current_tree()}, '
 			      f'variants: {" ".join(opts.variants)}, '
-			      f'{runner.accel}, {boots}, -j {opts.jobs}', flush=True)
+			      f'{runner.accel}, {opts.vcpus} vCPUs, {boots}, -j {opts.jobs}', flush=True)
 			if not signals.caught:
 				records = run_all(runner, opts, signals)
 	finally:
@@ -645,7 +647,8 @@ def main(argv: List[str]) -> int:
 			if record['verdict'] in ('FAIL', 'ERROR'):
 				symbolise(record)
 	run = {'version': 1, 'started': started, 'seconds': round(time.time() - started, 3),
-	       'tree': plan.current_tree(), 'variants': opts.variants, 'accel': runner.accel, 'boots': boots, 'jobs': opts.jobs,
+	       'tree': plan.current_tree(), 'variants': opts.variants, 'accel': runner.accel, 'vcpus': opts.vcpus,
+	       'boots': boots, 'jobs': opts.jobs,
 	       'timeout_s': opts.timeout, 'repeat': opts.repeat, 'filter': opts.filter,
 	       'interrupted': signal.Signals(signum).name if signum else None,
 	       'planned': len(scenarios), 'scenarios': records}

@@ -21,9 +21,9 @@ DIE_HEADER = r'\S.*: [0-9a-f]{4} \[#\d+\]'
 # Crash titles as syzkaller's report parser names them, matched at the
 # start of kernel lines only (a console line with a printk timestamp): a
 # guest's own output, a file name or a "RETBleed: WARNING: ..." notice is
-# no crash.  (On the default configs some cannot happen: TINY_RCU has no
-# stall detector, there is no hung task detector, no UBSAN or KCSAN; they
-# are here for the configs that have them.)
+# no crash.  (On the default configs some cannot happen: there is no hung
+# task detector, no UBSAN or KCSAN; they are here for the configs that have
+# them.  The SMP kernels' TREE_RCU has the stall detector.)
 CRASH_TITLES = (
 	r'BUG:',
 	r'WARNING:',
