@@ -26,6 +26,7 @@ import time
 import types
 import unittest
 import xml.etree.ElementTree as ET
+from typing import Tuple
 
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
@@ -482,7 +483,8 @@ class Input(unittest.TestCase):
 		soak = types.ModuleType(loader.name)
 		soak.__file__ = loader.path
 		loader.exec_module(soak)
-		for argv in ([], ['--faults', '--cycles', '300'], ['--ungated', '--runs', '20', '--variant', 'vanilla-debug']):
+		for argv in ([], ['--faults', '--cycles', '300'], ['--ungated', '--runs', '20', '--variant', 'vanilla-debug'],
+			     ['--ungated=reload', '--cycles', '1', '--runs', '200', '--vcpus', '1']):
 			with tempfile.TemporaryDirectory() as tmp, self.subTest(argv=argv):
 				table = pathlib.Path(tmp) / 'scenarios'
 				table.write_text(soak.table(soak.options(argv)))
@@ -642,6 +644,94 @@ class GuestSteps(unittest.TestCase):
 
 	def test_task_still_running_at_the_deadline_gets_its_state(self):
 		self.assertEqual(self.settle('sleep 60'), ['255:silent', '(S)'])
+
+
+@unittest.skipUnless(shutil.which('gcc'), 'needs gcc')
+class Churner(unittest.TestCase):
+	"""harness/guest/blkhold's churner and uevent prober, on a regular file
+	standing in for the disk (O_DIRECT works on the host's filesystem)."""
+
+	@classmethod
+	def setUpClass(cls):
+		# Under build/, not /tmp: a tmpfs may refuse O_DIRECT.
+		(TOP / 'build').mkdir(exist_ok=True)
+		cls.tmp = pathlib.Path(tempfile.mkdtemp(prefix='selftest-blkhold-', dir=str(TOP / 'build')))
+		cls.tool = cls.tmp / 'blkhold'
+		subprocess.run(['gcc', '-O2', '-Wall', '-Wextra', '-Werror', f'-DPROBER_DIR="{cls.tmp}"',
+				'-o', str(cls.tool), str(HARNESS / 'guest/blkhold.c')], check=True)
+		cls.disk = cls.tmp / 'disk'
+		cls.disk.write_bytes(bytes(8192))
+
+	@classmethod
+	def tearDownClass(cls):
+		shutil.rmtree(cls.tmp, ignore_errors=True)
+
+	def blkhold(self) -> subprocess.Popen:
+		return subprocess.Popen([str(self.tool)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+	def churn(self, command: str) -> Tuple[int, float]:
+		"""Run COMMAND; how often it opened, and how long it took."""
+		start = time.monotonic()
+		proc = self.blkhold()
+		out, _ = proc.communicate(command + '\n', timeout=30)
+		match = re.fullmatch(r'churn OK opened (\d+) failed (\d+)\n', out)
+		self.assertTrue(match, out)
+		return int(match.group(1)), time.monotonic() - start
+
+	def test_each_open_is_held(self):
+		quick, _ = self.churn(f'churn {self.disk} 500')
+		held, _ = self.churn(f'churn {self.disk} 500 100')
+		self.assertGreater(quick, 100)
+		self.assertLess(held, 60)
+
+	def test_stops_when_its_device_goes_away(self):
+		gone = self.tmp / 'gone'
+		shutil.copyfile(self.disk, gone)
+		proc = self.blkhold()
+		proc.stdin.write(f'churn {gone} 20000 10\n')
+		proc.stdin.close()
+		time.sleep(0.3)
+		gone.unlink()
+		start = time.monotonic()
+		self.assertEqual(proc.wait(timeout=5), 0)
+		self.assertLess(time.monotonic() - start, 2)
+		self.assertRegex(proc.stdout.read(), r'^churn OK opened [1-9]')
+
+	def test_negative_hold_is_no_hold(self):
+		opened, _ = self.churn(f'churn {self.disk} 200 -1')
+		self.assertGreater(opened, 50)
+
+	def test_waits_for_a_device_that_never_comes(self):
+		opened, took = self.churn(f'churn {self.tmp}/never 300')
+		self.assertEqual(opened, 0)
+		self.assertGreater(took, 0.25)
+
+	def uevent(self, **event: str) -> str:
+		"""Run it as the kernel runs its uevent helper; its log."""
+		log = self.tmp / 'prober.log'
+		log.unlink(missing_ok=True)
+		env = {'HOME': '/', 'PATH': '/bin', **event}
+		subprocess.run([str(self.tool), event.get('SUBSYSTEM', 'block')], env=env, check=True, timeout=10,
+			       stdin=subprocess.DEVNULL)
+		return log.read_text() if log.exists() else ''
+
+	def test_uevent_probes_a_new_block_device(self):
+		(self.tmp / 'prober.hold').write_text('0\n')
+		# DEVNAME is under /dev/: climb out of it to the stand-in.
+		name = f'..{self.disk}'
+		self.assertRegex(self.uevent(ACTION='add', SUBSYSTEM='block', DEVNAME=name),
+				 rf'^begin (\d+) {re.escape(name)}\nend \1 {re.escape(name)} open OK read OK\n$')
+		self.assertRegex(self.uevent(ACTION='add', SUBSYSTEM='block', DEVNAME='no-such-disk'),
+				 r'\nend \d+ no-such-disk open ENOENT read -\n$')
+
+	def test_uevent_leaves_other_events_alone(self):
+		(self.tmp / 'prober.hold').write_text('0\n')
+		self.assertEqual(self.uevent(ACTION='remove', SUBSYSTEM='block', DEVNAME='x'), '')
+		self.assertEqual(self.uevent(ACTION='add', SUBSYSTEM='module', DEVNAME='x'), '')
+
+	def test_uevent_prober_off_without_its_hold_file(self):
+		(self.tmp / 'prober.hold').unlink(missing_ok=True)
+		self.assertEqual(self.uevent(ACTION='add', SUBSYSTEM='block', DEVNAME=f'..{self.disk}'), '')
 
 
 class Units(unittest.TestCase):

@@ -10,12 +10,17 @@
  *                        pread() LENGTH bytes at OFFSET of the held file
  *                        and write them to FILE      -> "read OK|EIO|..."
  *   close                close() the held file       -> "close OK|..."
- *   churn PATH MS        open, read 4 KiB and close PATH in a loop for MS
- *                        milliseconds, racing whatever else happens to the
- *                        device             -> "churn OK opened N failed M"
+ *   churn PATH MS [HOLD_MS]
+ *                        open PATH, read its first 4 KiB with O_DIRECT,
+ *                        keep it open 0 to HOLD_MS milliseconds (drawn;
+ *                        default 0) and close it, in a loop, racing
+ *                        whatever else happens to the device; for MS
+ *                        milliseconds, or until PATH went away after it
+ *                        was opened    -> "churn OK opened N failed M"
  *
  * End of input ends the program.  A line that is not a command gets
- * "error EINVAL".
+ * "error EINVAL".  Run by the kernel as its uevent helper, it is a
+ * udev-like prober instead (see uevent_probe()).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -28,9 +33,15 @@
 
 static int held = -1;
 
+/* "OK" for 0, else the errno's name ("EIO"). */
+static const char *errno_name(int err)
+{
+	return err ? strerrorname_np(err) ?: "E?" : "OK";
+}
+
 static void answer(const char *cmd, int err)
 {
-	printf("%s %s\n", cmd, err ? strerrorname_np(err) : "OK");
+	printf("%s %s\n", cmd, errno_name(err));
 	fflush(stdout);
 }
 
@@ -83,43 +94,144 @@ static long long now_ms(void)
 	return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
 }
 
-/* Open, read and close @path until @ms have passed; count the outcomes. */
-static void do_churn(const char *path, long long ms)
+/* Sleep @ms milliseconds. */
+static void sleep_ms(long long ms)
+{
+	nanosleep(&(struct timespec){ .tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000 }, NULL);
+}
+
+/* A hold drawn from 0 to @max_ms milliseconds (none when @max_ms <= 0). */
+static long long draw_ms(unsigned int *seed, long long max_ms)
+{
+	return max_ms > 0 ? rand_r(seed) % (max_ms + 1) : 0;
+}
+
+static unsigned int new_seed(void)
+{
+	return getpid() ^ (unsigned int)now_ms();
+}
+
+/*
+ * One open of @path, as a prober (udev's blkid, a "cat" in a loop) makes
+ * it: read the first 4 KiB with O_DIRECT, so that every open does real
+ * I/O through the driver rather than hitting the page cache, and keep the
+ * file open @hold_ms before closing it.  Returns the open's errno; the
+ * read's goes to @read_err.
+ */
+static int churn_once(const char *path, long long hold_ms, int *read_err)
+{
+	static char buf[4096] __attribute__((aligned(4096)));
+	int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+
+	if (fd < 0)
+		return errno;
+	*read_err = read(fd, buf, sizeof(buf)) < 0 ? errno : 0;
+	if (hold_ms)
+		sleep_ms(hold_ms);
+	close(fd);
+	return 0;
+}
+
+/*
+ * Open, read and close @path until @ms have passed, or until it went away
+ * (ENOENT, ENXIO) after it was opened: the disk of a failed init is gone
+ * for good.  The open that matters is the one that holds the disk while
+ * its driver's init fails and is unwound: drawing each hold from 0 to
+ * @max_hold_ms spreads the closes across the unwind.  Count the outcomes.
+ */
+static void do_churn(const char *path, long long ms, long long max_hold_ms)
 {
 	long long end = now_ms() + ms, opened = 0, failed = 0;
-	char buf[4096];
-	int fd;
+	unsigned int seed = new_seed();
+	int err, read_err = 0;
 
 	while (now_ms() < end) {
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0) {
-			/* Not there (yet): give the one CPU back to the init. */
+		err = churn_once(path, draw_ms(&seed, max_hold_ms), &read_err);
+		if (err) {
 			failed++;
-			nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+			if (opened && (err == ENOENT || err == ENXIO))
+				break;
+			/* Not there (yet): a short pause, then again. */
+			sleep_ms(1);
 			continue;
 		}
 		opened++;
-		if (read(fd, buf, sizeof(buf)) < 0)
-			failed++;
-		close(fd);
+		failed += read_err != 0;
 	}
 	printf("churn OK opened %lld failed %lld\n", opened, failed);
 	fflush(stdout);
 }
 
-int main(void)
+/*
+ * As the kernel's uevent helper (/sys/kernel/uevent_helper): a udev-like
+ * prober, one process per event, as the kernel forks them.  For a block
+ * device's "add" it churns the new device once, kept open 0 to the
+ * milliseconds in PROBER_HOLD (drawn), and logs "begin PID NAME" and then
+ * "end PID NAME open OK|ERRNO read OK|ERRNO|-" to PROBER_LOG: a begin with
+ * no end is a prober that did not finish (an oops killed it, or it hangs).
+ */
+#ifndef PROBER_DIR
+#define PROBER_DIR "/tmp"	/* the self-tests build it with another */
+#endif
+#define PROBER_HOLD PROBER_DIR "/prober.hold"
+#define PROBER_LOG PROBER_DIR "/prober.log"
+
+static void prober_log(const char *line)
+{
+	int fd = open(PROBER_LOG, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		return;
+	/* One write(): lines of concurrent probers do not mix. */
+	if (write(fd, line, strlen(line)) < 0)
+		perror(PROBER_LOG);
+	close(fd);
+}
+
+static int uevent_probe(void)
+{
+	const char *action = getenv("ACTION"), *name = getenv("DEVNAME");
+	long long max_hold = 0;
+	unsigned int seed = new_seed();
+	char path[4200], line[4400];
+	int err, read_err = 0;
+	FILE *f;
+
+	if (!action || !name || strcmp(action, "add") || strcmp(getenv("SUBSYSTEM") ?: "", "block"))
+		return 0;
+	f = fopen(PROBER_HOLD, "re");
+	if (!f)
+		return 0;	/* the prober is off */
+	if (fscanf(f, "%lld", &max_hold) != 1)
+		max_hold = 0;
+	fclose(f);
+	snprintf(line, sizeof(line), "begin %d %s\n", getpid(), name);
+	prober_log(line);
+	snprintf(path, sizeof(path), "/dev/%s", name);
+	err = churn_once(path, draw_ms(&seed, max_hold), &read_err);
+	snprintf(line, sizeof(line), "end %d %s open %s read %s\n", getpid(), name, errno_name(err),
+		 err ? "-" : errno_name(read_err));
+	prober_log(line);
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	char line[4096], path[4096];
-	long long offset;
+	long long offset, hold;
 	size_t length;
+	int n;
 
+	/* The kernel runs its uevent helper as "helper SUBSYSTEM". */
+	if (argc == 2 && getenv("ACTION") && !strcmp(argv[1], getenv("SUBSYSTEM") ?: ""))
+		return uevent_probe();
 	while (fgets(line, sizeof(line), stdin)) {
 		if (sscanf(line, "open %4095s", path) == 1)
 			answer("open", do_open(path));
 		else if (sscanf(line, "read %lld %zu %4095s", &offset, &length, path) == 3)
 			answer("read", held < 0 ? EBADF : do_read(offset, length, path));
-		else if (sscanf(line, "churn %4095s %lld", path, &offset) == 2)
-			do_churn(path, offset);
+		else if ((n = sscanf(line, "churn %4095s %lld %lld", path, &offset, &hold)) >= 2)
+			do_churn(path, offset, n == 3 ? hold : 0);
 		else if (!strcmp(line, "close\n"))
 			answer("close", held < 0 ? EBADF : do_close());
 		else

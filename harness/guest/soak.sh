@@ -1,9 +1,13 @@
-# make soak's guest side: the step soak=CYCLES:SEED[:faults|:ungated] (steps.sh).
+# make soak's guest side: the step soak=CYCLES:SEED[:MODE] (steps.sh), MODE
+# faults, ungated, ungated-openers, ungated-prober or ungated-reload.
 #
 # Each cycle loads one of raceblk's instances (raceblk_s0..raceblk_s3, disk
 # raceblk_sN0: see driver/Kbuild) with a failure point drawn at random,
 # half the time held there and released, while 0-2 openers open, read and
-# close its disk and first partition in a loop, racing the init.  Held
+# close its disk and first partition in a loop, racing the init, each open
+# kept 0-200 ms as a prober keeps it; and for the whole soak a udev-like
+# prober (blkhold as the uevent helper) opens every block device the
+# kernel announces, each kept 0-200 ms.  Held
 # after add_disk(), half the time a holder also opens the first partition
 # and keeps it open until the load has returned, then reads and closes it:
 # the 2003 race made certain (on vanilla the close runs into the freed
@@ -19,8 +23,15 @@
 # new disk's I/O.  Init may then fail anywhere, with any errno, or the
 # loader be killed: no oops, no report, no leak.
 #
-# Ungated: no hold, two openers every cycle, failure after add_disk(): the
-# race as it happens without the harness's gate.
+# Ungated: no gate, failure after add_disk() every cycle (after_add_disk,
+# after_scan_io or late), init lingering there 1-100 ms (drawn) with
+# nobody to release it: the race as it happens without the harness's
+# gate, on two vCPUs.  ungated: two openers (the disk and its first
+# partition), the prober and an rmmod loop (every instance, as fast as
+# modctl runs, for the whole soak); ungated-openers: the openers alone;
+# ungated-prober: the prober alone; ungated-reload: the openers and the
+# rmmod loop.  On vanilla the first opener that holds the disk when the
+# module is freed ends the soak with a report.
 
 # After every cycle the kernel log is drained (dmesg -c) and any report
 # line ends the soak at that cycle.  At the end every instance is
@@ -29,6 +40,8 @@
 
 SOAK_INSTANCES=4
 SOAK_POINTS="none alloc before_add_disk after_add_disk after_scan_io late"
+# How long an opener or the prober keeps an open at most (ms; drawn).
+SOAK_HOLD_MS=200
 
 # Random draws use $RANDOM in this shell, never inside $(...): a subshell
 # would draw from a copy of the generator, and every cycle would be alike.
@@ -37,24 +50,35 @@ SOAK_POINTS="none alloc before_add_disk after_add_disk after_scan_io late"
 # starts about 50 ms of that: the cycle starts only those it needs (modctl,
 # blkhold, dmesg), and no subshell.
 
-# soak_reclaim INSTANCE: its last cycle's openers are done; unload it if
-# it is loaded.  Fails when it cannot be unloaded or its disk remains.
+# soak_reclaim INSTANCE: its last cycle's openers are done, and so are the
+# probers (5 s at most: one that an oops killed is the report check's to
+# find); unload it if it is loaded.  Fails when it cannot be unloaded or
+# its disk remains.
 soak_reclaim() {
 	local inst=$1 pid got
 
 	: >> "/tmp/soak.$inst.pids"
 	while read -r pid; do
-		wait "$pid" 2>/dev/null || true
+		# Not a plain wait: an opener may hang for good after an oops
+		# (the report check finds the oops).
+		if poll 5 soak_gone "$pid"; then
+			wait "$pid" 2>/dev/null || true
+		fi
 	done < "/tmp/soak.$inst.pids"
 	: > "/tmp/soak.$inst.pids"
+	poll 5 probers_settled || true
 	if [ -d "/sys/module/$inst" ]; then
 		got=$(modctl unload "$inst")
-		[ "$got" = OK ] || { echo "$inst: unload $got ($(grep "^$inst " /proc/modules))"; return 1; }
+		# The rmmod loop may have freed it, or be freeing it, meanwhile.
+		[ "$got" = OK ] || poll 5 module_gone "$inst" ||
+			{ echo "$inst: unload $got ($(grep "^$inst " /proc/modules))"; return 1; }
 	fi
 	[ ! -e "/sys/block/${inst}0" ] || { echo "$inst: disk ${inst}0 left behind"; return 1; }
 }
 
-# soak_openers INSTANCE COUNT: COUNT openers of its disk and partition 1.
+# soak_openers INSTANCE COUNT: COUNT openers of its disk and partition 1,
+# each until the disk goes away, 2 s at most (the instance's turn comes
+# again 4 cycles later).
 soak_openers() {
 	local inst=$1 n dev
 
@@ -63,9 +87,14 @@ soak_openers() {
 		n=$((n + 1))
 		dev=/dev/${inst}0
 		[ "$n" = 2 ] && dev=${dev}p1
-		echo "churn $dev 300" | blkhold > /dev/null 2>&1 &
+		echo "churn $dev 2000 $SOAK_HOLD_MS" | blkhold > /dev/null 2>&1 &
 		echo $! >> "/tmp/soak.$inst.pids"
 	done
+}
+
+# soak_instances: the names of raceblk's instances.
+soak_instances() {
+	seq 0 $((SOAK_INSTANCES - 1)) | sed 's/^/raceblk_s/'
 }
 
 # soak_holder_open DEV: a blkhold process opens DEV and waits on the fifo
@@ -130,11 +159,14 @@ soak_cycle() {
 	ko=/lib/modules/$inst.ko
 	# shellcheck disable=SC3028 # busybox ash: RANDOM, seeded by soak_run
 	draw=$((RANDOM % 6)) hold=$((RANDOM % 2)) openers=$((RANDOM % 3))
-	if [ "$faults" = ungated ]; then
+	case $faults in
+	ungated-prober)
+		draw=$((3 + draw % 3)) hold=0 openers=0 ;;
+	ungated*)
 		# No hold: two openers race a plain init that fails once its
 		# disk is there.
-		draw=$((3 + draw % 3)) hold=0 openers=2
-	fi
+		draw=$((3 + draw % 3)) hold=0 openers=2 ;;
+	esac
 	# shellcheck disable=SC2086 # a word list
 	set -- $SOAK_POINTS
 	shift "$draw"
@@ -153,12 +185,21 @@ soak_cycle() {
 	soak_reclaim "$inst" || return 1
 	echo "soak: cycle $n: $inst fail_at=$point hold=$hold openers=$openers" > /dev/kmsg
 	load_args="image=raceblk/$IMAGE.img fail_at=$point"
-	[ "$hold" = 0 ] || load_args="$load_args hold=$hold_at"
+	case $hold:$faults in
+	1:*) load_args="$load_args hold=$hold_at hold_timeout_ms=10000" ;;
+	0:ungated*)
+		# Nobody releases it: init lingers 1-100 ms at its failure
+		# point before it fails, as a driver that adds more after
+		# its disk does (null_blk's second device).
+		# shellcheck disable=SC3028 # busybox ash: RANDOM
+		load_args="$load_args hold=$point hold_timeout_ms=$((RANDOM % 100 + 1))"
+		;;
+	esac
 	expect=EIO
 	[ "$point" = none ] && expect=OK
 	soak_openers "$inst" "$openers"
 	# shellcheck disable=SC2086 # load_args is a word list
-	modctl load "$ko" $load_args hold_timeout_ms=10000 > /tmp/soak.load 2>&1 &
+	modctl load "$ko" $load_args > /tmp/soak.load 2>&1 &
 	pid=$!
 	holder=0
 	if [ "$hold" = 1 ]; then
@@ -238,6 +279,16 @@ soak_run() {
 	: > /tmp/soak.outcomes
 	: > /tmp/soak.reports
 	rm -f /tmp/soak.go && mkfifo /tmp/soak.go
+	: > /tmp/prober.log
+	case $3 in
+	"" | faults | ungated | ungated-prober) prober_on "$SOAK_HOLD_MS" || problem=prober ;;
+	esac
+	case $3 in
+	ungated | ungated-reload)
+		# shellcheck disable=SC2046 # the instances' names
+		rmmod_loop_start $(soak_instances)
+		;;
+	esac
 	dmesg -c > /dev/null
 	# The console shows warnings and worse only: a line per cycle, and any
 	# report in full, at 115200 baud.
@@ -260,14 +311,23 @@ soak_run() {
 		[ $((n % 100)) -ne 0 ] || echo "soak: $n cycles, $(($(date +%s) - start)) s"
 	done
 	echo 0 > /sys/kernel/debug/failslab/times 2>/dev/null || true
-	for inst in $(seq 0 $((SOAK_INSTANCES - 1))); do
-		soak_reclaim "raceblk_s$inst" || problem="$problem reclaim"
-	done
-	soak_reports || true
+	prober_off
+	leaks="n/a 0"
+	# After a report the kernel's state proves nothing more, and a task
+	# the oops killed may hang whatever waits for it: no reclaim, no scan.
+	if [ ! -s /tmp/soak.reports ]; then
+		[ -z "${RMMOD_LOOP:-}" ] || rmmod_loop_stop || problem="$problem rmmod-loop"
+		for inst in $(soak_instances); do
+			soak_reclaim "$inst" || problem="$problem reclaim"
+		done
+		soak_reports || true
+		leaks=$(soak_kmemleak)
+	fi
 	reports=$(grep -c . /tmp/soak.reports)
-	leaks=$(soak_kmemleak)
 	known=${leaks#* } leaks=${leaks% *}
-	echo "outcomes: $(sort /tmp/soak.outcomes | uniq -c | tr -s ' \n' ' ')"
+	echo "outcomes: $(tally /tmp/soak.outcomes)"
+	awk '$1 == "end" { print $5 }' /tmp/prober.log > /tmp/soak.probes
+	echo "probers' opens: $(tally /tmp/soak.probes)"
 	[ "$known" = 0 ] || echo "kmemleak: $known object(s) of SLUB's known sysfs_slab_add() leak (CVE-2024-25740, not in 6.1.192), not counted"
 	echo "soak: cycles=$n reports=$reports leaks=$leaks seconds=$(($(date +%s) - start))"
 	[ "$n" -eq "$cycles" ] && [ "$reports" = 0 ] && [ "$leaks" = 0 ] && [ -z "$problem" ]

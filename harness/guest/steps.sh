@@ -733,7 +733,7 @@ step_tainted() {
 
 # --- make soak ----------------------------------------------------------------
 
-# soak=CYCLES:SEED[:faults|:ungated]: harness/guest/soak.sh's cycles of load, hold,
+# soak=CYCLES:SEED[:MODE]: harness/guest/soak.sh's cycles of load, hold,
 # fail and unload on raceblk's instances, racing openers (make soak).
 step_soak() {
 	local cycles=${1%%:*} rest=${1#*:}
@@ -1038,18 +1038,26 @@ step_open() {
 	[ "$got" = "open $expected" ] || fate_is "$expected" "$got"
 }
 
-# churn_start=DEV: two processes open, read and close /dev/DEV (see
-# device_of) in a loop for 3 s, racing whatever init does meanwhile.
+# churn_start=DEV[+DEV...][:HOLD_MS]: one process per DEV (see device_of)
+# opens it, reads its first 4 KiB and closes it in a loop, racing whatever
+# init does meanwhile; each open is kept 0 to HOLD_MS ms (drawn, default
+# 0), as a prober keeps the disk it reads.  A churner stops when its
+# device went away after it had opened it, or after CHURN_MS (10 s).
 step_churn_start() {
-	local dev n
+	local devs=${1%%:*} hold=0 dev n=0 list=""
 
-	dev=$(device_of "$1")
-	for n in 1 2; do
-		echo "churn /dev/$dev 3000" | blkhold > "/tmp/churn.$n" &
+	case $1 in *:*) hold=${1#*:} ;; esac
+	# shellcheck disable=SC2086 # devs is a +-separated word list
+	for dev in $(echo "$devs" | tr + ' '); do
+		n=$((n + 1))
+		dev=$(device_of "$dev")
+		echo "churn /dev/$dev ${CHURN_MS:-10000} $hold" | blkhold > "/tmp/churn.$n" &
 		echo $! > "/tmp/churn.$n.pid"
+		list="$list /dev/$dev"
 	done
+	echo "$n" > /tmp/churners
 	sleep 0.5
-	echo "2 processes opening, reading and closing /dev/$dev for 3 s"
+	echo "$n processes opening, reading and closing$list, each open kept 0-$hold ms"
 }
 
 # churner_settled N: churner N wrote its line (blkhold writes it whole,
@@ -1059,24 +1067,156 @@ churner_settled() {
 		process_settled "$(cat "/tmp/churn.$1.pid")" blkhold
 }
 
-# churn_done: both churners ran to the end, and say how often they opened.
-# Their lines are waited for, not their exits: once, in 1 run of 50, the
-# second churner's file was still empty when "wait" had returned.
-step_churn_done() {
+# churners_collect: every churner ran to the end; prints each one's line
+# and sets CHURNED, how often they opened in all.  Their lines are waited
+# for, not their exits: once, in 1 run of 50, the second churner's file
+# was still empty when "wait" had returned.
+churners_collect() {
 	local n pid got status=0
 
-	for n in 1 2; do
+	CHURNED=0
+	for n in $(seq "$(cat /tmp/churners)"); do
 		pid=$(cat "/tmp/churn.$n.pid")
 		poll 20 churner_settled "$n" || true
 		got=$(cat "/tmp/churn.$n")
 		[ -n "$got" ] || got=$(fate "$pid" blkhold)
 		echo "churner $n: $got"
 		case $got in
-		"churn OK "*) wait "$pid" 2>/dev/null || true ;;
+		"churn OK opened "*)
+			wait "$pid" 2>/dev/null || true
+			got=${got#churn OK opened }
+			CHURNED=$((CHURNED + ${got%% *}))
+			;;
 		*) status=1 ;;
 		esac
 	done
 	return $status
+}
+
+# churn_done: every churner ran to the end, and they opened the disk at
+# least once: else they raced nothing.
+step_churn_done() {
+	churners_collect || return 1
+	[ "$CHURNED" -gt 0 ] || { echo "no churner ever opened its device"; return 1; }
+}
+
+# prober_on HOLD_MS: a udev-like prober: blkhold as the kernel's uevent
+# helper opens every block device the kernel announces, in a process per
+# event, as soon as it is announced (the end of add_disk()), and keeps it
+# open 0 to HOLD_MS ms (drawn).  Fails when the helper cannot be set.
+prober_on() {
+	echo "$1" > /tmp/prober.hold
+	: > /tmp/prober.log
+	echo /bin/blkhold > /sys/kernel/uevent_helper
+}
+
+# prober_off: no more probers; those running go on.
+prober_off() {
+	echo > /sys/kernel/uevent_helper
+	rm -f /tmp/prober.hold
+}
+
+# prober_start[=HOLD_MS]: the prober on (see prober_on).
+step_prober_start() {
+	prober_on "${1:-0}" || return 1
+	echo "the uevent helper opens every new block device, each kept 0-${1:-0} ms"
+}
+
+# probers_unfinished: the PIDs of probers that began and have not ended.
+probers_unfinished() {
+	awk '$1 == "begin" { begun[$2] = 1 } $1 == "end" { delete begun[$2] }
+		END { for (pid in begun) print pid }' /tmp/prober.log
+}
+
+# probers_settled: every prober that began has ended, or is gone, or an
+# oops killed it.
+probers_settled() {
+	local pid
+
+	for pid in $(probers_unfinished); do
+		process_settled "$pid" blkhold || return 1
+	done
+}
+
+# prober_done: the prober off, and every prober it ran finished; prints
+# what each opened.  It must have opened the disk: else it raced nothing.
+step_prober_done() {
+	local pid status=0
+
+	prober_off
+	poll 20 probers_settled || true
+	awk '$1 == "end" { print "prober: " $3 " open " $5 " read " $7 }' /tmp/prober.log | sort | uniq -c
+	for pid in $(probers_unfinished); do
+		echo "prober $pid ($(awk -v p="$pid" '$2 == p { print $3 }' /tmp/prober.log)): $(fate "$pid" blkhold)"
+		status=1
+	done
+	if ! grep -q "^end [0-9]* $DISK open OK " /tmp/prober.log; then
+		echo "no prober opened $DISK"
+		status=1
+	fi
+	return $status
+}
+
+# rmmod_loop_start NAME...: delete_module(NAME, O_NONBLOCK) of each NAME
+# in a loop, as fast as modctl runs (tens of ms a round under TCG), in
+# the background until rmmod_loop_stop: it races every load, and frees a
+# module fixed kept once its last holder is gone.
+rmmod_loop_start() {
+	rm -f /tmp/rmmod.stop
+	: > /tmp/rmmod.out
+	while [ ! -e /tmp/rmmod.stop ]; do
+		for name; do
+			modctl unload "$name" >> /tmp/rmmod.out
+		done
+	done &
+	RMMOD_LOOP=$!
+}
+
+# rmmod_loop_stop: stop the loop; fails when it is stuck, or when an rmmod
+# gave anything but OK, ENOENT (none loaded), EBUSY (one coming) or
+# EAGAIN (kept while held).
+rmmod_loop_stop() {
+	touch /tmp/rmmod.stop
+	# Its status is its last rmmod's: SETTLED says whether it ended.
+	settle "$RMMOD_LOOP" init || true
+	[ -z "$SETTLED" ] || { echo "rmmod loop: $SETTLED"; return 1; }
+	echo "rmmod loop: $(tally /tmp/rmmod.out)"
+	! grep -qvxE 'OK|ENOENT|EBUSY|EAGAIN' /tmp/rmmod.out
+}
+
+# tally FILE: its lines counted, on one line ("3 EIO 1 OK").
+tally() {
+	sort "$1" | uniq -c | tr -s ' \n' ' '
+}
+
+# reload_race=ROUNDS: ROUNDS failing loads in a row, each raced by two
+# churners (the disk and its first partition, opens kept 0-200 ms, for
+# 2 s at most) and all of them by an rmmod loop.  A round starts once the
+# last one's module is gone: freed at its failure, or kept while a churner
+# held it and then freed by the loop.  Each load gives the row's load
+# errno (EIO).
+step_reload_race() {
+	local round=0 got status=0
+
+	rmmod_loop_start raceblk
+	while [ "$round" -lt "$1" ] && [ "$status" = 0 ]; do
+		round=$((round + 1))
+		poll 10 module_gone raceblk || { echo "round $round: raceblk still loaded"; status=1; break; }
+		CHURN_MS=2000 step_churn_start "disk+part:200" > /dev/null
+		# shellcheck disable=SC2086 # PARAMS is a word list
+		got=$(or_died modctl "$(modctl load "$KO" $PARAMS)")
+		churners_collect > /tmp/churn.out || { cat /tmp/churn.out; status=1; }
+		echo "round $round: load $got, churners opened $CHURNED times"
+		[ "$got" = EIO ] || status=1
+	done
+	poll 10 module_gone raceblk || { echo "raceblk still loaded after the last round"; status=1; }
+	rmmod_loop_stop || status=1
+	return $status
+}
+
+# module_gone NAME: NAME is not in /proc/modules.
+module_gone() {
+	! grep -q "^$1 " /proc/modules
 }
 
 # --- I/O in flight ------------------------------------------------------------
@@ -1169,3 +1309,4 @@ step_kmemleak() {
 	fi
 	echo "kmemleak scan: no leaked objects"
 }
+
