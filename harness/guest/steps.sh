@@ -1138,13 +1138,20 @@ probers_settled() {
 	done
 }
 
+# no_blkhold_left: no blkhold process is left (a prober row has no other).
+no_blkhold_left() {
+	! pidof blkhold > /dev/null
+}
+
 # prober_done: the prober off, and every prober it ran finished; prints
 # what each opened.  It must have opened the disk: else it raced nothing.
 step_prober_done() {
 	local pid status=0
 
 	prober_off
-	poll 20 probers_settled || true
+	# A prober the kernel has forked may not have logged its begin yet.
+	poll 20 no_blkhold_left || true
+	poll 1 probers_settled || true
 	awk '$1 == "end" { print "prober: " $3 " open " $5 " read " $7 }' /tmp/prober.log | sort | uniq -c
 	for pid in $(probers_unfinished); do
 		echo "prober $pid ($(awk -v p="$pid" '$2 == p { print $3 }' /tmp/prober.log)): $(fate "$pid" blkhold)"
