@@ -27,8 +27,8 @@
 # after_scan_io or late), init lingering there 1-100 ms (drawn) with
 # nobody to release it: the race as it happens without the harness's
 # gate, on two vCPUs.  ungated: two openers (the disk and its first
-# partition), the prober and an rmmod loop (every instance, as fast as
-# modctl runs, for the whole soak); ungated-openers: the openers alone;
+# partition), the prober and an rmmod loop (every instance, a
+# round every 20 ms, for the whole soak); ungated-openers: the openers alone;
 # ungated-prober: the prober alone; ungated-reload: the openers and the
 # rmmod loop.  On vanilla the first opener that holds the disk when the
 # module is freed ends the soak with a report.

@@ -1165,9 +1165,9 @@ step_prober_done() {
 }
 
 # rmmod_loop_start NAME...: delete_module(NAME, O_NONBLOCK) of each NAME
-# in a loop, as fast as modctl runs (tens of ms a round under TCG), in
-# the background until rmmod_loop_stop: it races every load, and frees a
-# module fixed kept once its last holder is gone.
+# in a loop (a round every 20 ms plus modctl's own time, tens of ms under
+# TCG), in the background until rmmod_loop_stop: it races every load, and
+# frees a module fixed kept once its last holder is gone.
 rmmod_loop_start() {
 	rm -f /tmp/rmmod.stop
 	: > /tmp/rmmod.out
@@ -1175,6 +1175,9 @@ rmmod_loop_start() {
 		for name; do
 			modctl unload "$name" >> /tmp/rmmod.out
 		done
+		# A breath between rounds: a loop of nothing but process
+		# spawns would take a vCPU from the race it is part of.
+		sleep 0.02
 	done &
 	RMMOD_LOOP=$!
 }
