@@ -160,12 +160,12 @@ soak_cycle() {
 	# shellcheck disable=SC3028 # busybox ash: RANDOM, seeded by soak_run
 	draw=$((RANDOM % 6)) hold=$((RANDOM % 2)) openers=$((RANDOM % 3))
 	case $faults in
-	ungated-prober)
-		draw=$((3 + draw % 3)) hold=0 openers=0 ;;
 	ungated*)
-		# No hold: two openers race a plain init that fails once its
-		# disk is there.
-		draw=$((3 + draw % 3)) hold=0 openers=2 ;;
+		# No hold: two openers (none with the prober alone) race a
+		# plain init that fails once its disk is there.
+		draw=$((3 + draw % 3)) hold=0 openers=2
+		[ "$faults" != ungated-prober ] || openers=0
+		;;
 	esac
 	# shellcheck disable=SC2086 # a word list
 	set -- $SOAK_POINTS
