@@ -479,16 +479,33 @@ class Input(unittest.TestCase):
 							 {'vanilla': steps, 'fixed': ('load=OK',)})
 
 	def test_soak_rows_are_valid(self):
-		loader = importlib.machinery.SourceFileLoader('soak', str(HARNESS / 'soak'))
-		soak = types.ModuleType(loader.name)
-		soak.__file__ = loader.path
-		loader.exec_module(soak)
+		soak = load_soak()
 		for argv in ([], ['--faults', '--cycles', '300'], ['--ungated', '--runs', '20', '--variant', 'vanilla-debug'],
 			     ['--ungated=reload', '--cycles', '1', '--runs', '200', '--vcpus', '1']):
 			with tempfile.TemporaryDirectory() as tmp, self.subTest(argv=argv):
 				table = pathlib.Path(tmp) / 'scenarios'
 				table.write_text(soak.table(soak.options(argv)))
 				self.assertEqual(plan.check(table, plan.known_names()), [])
+
+	def test_ungated_rate_counts_loads_from_the_console(self):
+		# A run an oops ended at its third load counts three loads and a
+		# hit; a clean run its cycles; a hung one no hit.
+		soak = load_soak()
+		consoles = {'hit': 3, 'clean': 5, 'hung': 2}
+		with tempfile.TemporaryDirectory(dir=HARNESS.parent / 'build') as tmp:
+			records = []
+			for name, cycles in consoles.items():
+				logs = pathlib.Path(tmp) / name
+				logs.mkdir()
+				lines = [f'[    1.0{n}] soak: cycle {n}: raceblk_s{n % 4} fail_at=late hold=0 openers=2'
+					 for n in range(cycles)]
+				(logs / 'console.log').write_text('\n'.join(lines + ['[    2.00] soak: cycle 1: holder opens x']))
+				records.append({'logs': str(logs.relative_to(HARNESS.parent)),
+						'verdict': 'PASS' if name == 'clean' else 'FAIL',
+						'crash': ['BUG: unable to handle page fault'] if name == 'hit' else []})
+			line = soak.ungated_rate(records, 'openers')
+		self.assertIn('1 of 10 loads ended in a kernel report (10.0%), in 3 run(s); '
+			      '1 run(s) failed without one', line)
 
 	def test_parameter_without_fuzz_fails_the_check(self):
 		text = (HARNESS / 'scenarios').read_text()
@@ -647,6 +664,15 @@ class GuestSteps(unittest.TestCase):
 
 
 @unittest.skipUnless(shutil.which('gcc'), 'needs gcc')
+def load_soak():
+	"""harness/soak as a module (its file has no .py)."""
+	loader = importlib.machinery.SourceFileLoader('soak', str(HARNESS / 'soak'))
+	soak = types.ModuleType(loader.name)
+	soak.__file__ = loader.path
+	loader.exec_module(soak)
+	return soak
+
+
 class Churner(unittest.TestCase):
 	"""harness/guest/blkhold's churner and uevent prober, on a regular file
 	standing in for the disk (O_DIRECT works on the host's filesystem)."""

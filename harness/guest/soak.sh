@@ -315,14 +315,20 @@ soak_run() {
 	leaks="n/a 0"
 	# After a report the kernel's state proves nothing more, and a task
 	# the oops killed may hang whatever waits for it: no reclaim, no scan.
+	# Each stage of the end goes to the console: a guest killed at its
+	# timeout shows where it stopped.
 	if [ ! -s /tmp/soak.reports ]; then
+		soak_stage "stopping the rmmod loop"
 		[ -z "${RMMOD_LOOP:-}" ] || rmmod_loop_stop || problem="$problem rmmod-loop"
 		for inst in $(soak_instances); do
+			soak_stage "reclaiming $inst"
 			soak_reclaim "$inst" || problem="$problem reclaim"
 		done
 		soak_reports || true
+		soak_stage "kmemleak scans"
 		leaks=$(soak_kmemleak)
 	fi
+	soak_stage done
 	reports=$(grep -c . /tmp/soak.reports)
 	known=${leaks#* } leaks=${leaks% *}
 	echo "outcomes: $(tally /tmp/soak.outcomes)"
@@ -331,6 +337,11 @@ soak_run() {
 	[ "$known" = 0 ] || echo "kmemleak: $known object(s) of SLUB's known sysfs_slab_add() leak (CVE-2024-25740, not in 6.1.192), not counted"
 	echo "soak: cycles=$n reports=$reports leaks=$leaks seconds=$(($(date +%s) - start))"
 	[ "$n" -eq "$cycles" ] && [ "$reports" = 0 ] && [ "$leaks" = 0 ] && [ -z "$problem" ]
+}
+
+# soak_stage WHAT: the end of the soak has come to WHAT (to the console).
+soak_stage() {
+	echo "soak: end: $1" > /dev/kmsg
 }
 
 # soak_kmemleak: "LEAKS KNOWN", the objects two scans call leaked
