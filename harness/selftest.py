@@ -675,11 +675,10 @@ def load_soak():
 
 class Churner(unittest.TestCase):
 	"""harness/guest/blkhold's churner and uevent prober, on a regular file
-	standing in for the disk (O_DIRECT works on the host's filesystem)."""
+	standing in for the disk."""
 
 	@classmethod
 	def setUpClass(cls):
-		# Under build/, not /tmp: a tmpfs may refuse O_DIRECT.
 		(TOP / 'build').mkdir(exist_ok=True)
 		cls.tmp = pathlib.Path(tempfile.mkdtemp(prefix='selftest-blkhold-', dir=str(TOP / 'build')))
 		cls.tool = cls.tmp / 'blkhold'

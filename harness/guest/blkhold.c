@@ -11,9 +11,9 @@
  *                        and write them to FILE      -> "read OK|EIO|..."
  *   close                close() the held file       -> "close OK|..."
  *   churn PATH MS [HOLD_MS]
- *                        open PATH, read its first 4 KiB with O_DIRECT,
- *                        keep it open 0 to HOLD_MS milliseconds (drawn;
- *                        default 0) and close it, in a loop, racing
+ *                        open PATH, read its start through the page cache
+ *                        and again for 0 to HOLD_MS milliseconds (drawn;
+ *                        default 0), close it, in a loop, racing
  *                        whatever else happens to the device; for MS
  *                        milliseconds, or until PATH went away after it
  *                        was opened    -> "churn OK opened N failed M"
@@ -111,23 +111,47 @@ static unsigned int new_seed(void)
 	return getpid() ^ (unsigned int)now_ms();
 }
 
+/* What a churner's pass reads at most: the start of the disk, as blkid. */
+#define PASS_BYTES (256 << 10)
+
 /*
- * One open of @path, as a prober (udev's blkid, a "cat" in a loop) makes
- * it: read the first 4 KiB with O_DIRECT, so that every open does real
- * I/O through the driver rather than hitting the page cache, and keep the
- * file open @hold_ms before closing it.  Returns the open's errno; the
- * read's goes to @read_err.
+ * Read @fd's first PASS_BYTES (or all of it) through the page cache, then
+ * drop what it cached, so that the next pass goes to the driver again: a
+ * buffered read misses into readahead, which looks up the disk's fops
+ * (bdev_read_page() on 6.1) and queues I/O.  Returns the read's error.
+ */
+static int read_pass(int fd)
+{
+	static char buf[65536];
+	ssize_t got = 0;
+	off_t at = 0;
+
+	while (at < PASS_BYTES && (got = pread(fd, buf, sizeof(buf), at)) > 0)
+		at += got;
+	if (got < 0)
+		return errno;
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	return 0;
+}
+
+/*
+ * One open of @path, as a prober or a reader makes it (udev's blkid, a
+ * "cat" in a loop): read it, and keep reading it until @hold_ms have
+ * passed, then close it.  An opener that still reads or closes the disk
+ * after a failed init has been unwound is the use-after-free: on every
+ * pass, not only at its close.  Returns the open's errno; the first
+ * read's error goes to @read_err.
  */
 static int churn_once(const char *path, long long hold_ms, int *read_err)
 {
-	static char buf[4096] __attribute__((aligned(4096)));
-	int fd = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	long long end = now_ms() + hold_ms;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return errno;
-	*read_err = read(fd, buf, sizeof(buf)) < 0 ? errno : 0;
-	if (hold_ms)
-		sleep_ms(hold_ms);
+	*read_err = read_pass(fd);
+	while (now_ms() < end)
+		read_pass(fd);
 	close(fd);
 	return 0;
 }

@@ -1039,9 +1039,9 @@ step_open() {
 }
 
 # churn_start=DEV[+DEV...][:HOLD_MS]: one process per DEV (see device_of)
-# opens it, reads its first 4 KiB and closes it in a loop, racing whatever
-# init does meanwhile; each open is kept 0 to HOLD_MS ms (drawn, default
-# 0), as a prober keeps the disk it reads.  A churner stops when its
+# opens it, reads its start and closes it in a loop, racing whatever init
+# does meanwhile; each open is kept 0 to HOLD_MS ms (drawn, default 0),
+# read again and again meanwhile, as a prober reads the disk it opened.  A churner stops when its
 # device went away after it had opened it, or after CHURN_MS (10 s).
 step_churn_start() {
 	local devs=${1%%:*} hold=0 dev n=0 list=""
