@@ -224,6 +224,7 @@ soak_cycle() {
 		{ echo 1 > "/sys/module/$inst/parameters/release"; } 2> /dev/null || true
 	fi
 	wait "$pid"
+	echo "soak: cycle $n: the load returned" > /dev/kmsg
 	[ "$holder" = 0 ] || soak_holder_close
 	read -r got < /tmp/soak.load || got=""
 	if [ "$faults" = faults ]; then
@@ -251,6 +252,16 @@ soak_held() {
 	soak_gone "$2"
 }
 
+# soak_unwind_time: how long the last cycle's failed init took from the
+# driver's "failing init" to the loader's return (unwind, two RCU grace
+# periods, free_module()): the time an open must outlast on vanilla to
+# be a use-after-free.  Milliseconds, from the kernel's timestamps.
+soak_unwind_time() {
+	awk 'match($0, /^\[ *[0-9]+\.[0-9]+\]/) { t = substr($0, 2, RLENGTH - 2) + 0 }
+		/failing init at/ { f = t }
+		/the load returned/ && f { printf "%d\n", (t - f) * 1000 }' /tmp/soak.klog
+}
+
 # soak_reports: append to /tmp/soak.reports the report lines logged since
 # the last call (the log is drained: 1000 cycles would wrap it); fails
 # when there was one.  The patterns are harness/verdict.py's, as globs.
@@ -258,6 +269,7 @@ soak_reports() {
 	local line found=1
 
 	dmesg -c > /tmp/soak.klog
+	[ "${SOAK_UNWIND:-}" = "" ] || soak_unwind_time >> /tmp/soak.unwind
 	while IFS= read -r line; do
 		case $line in
 		*BUG:* | *WARNING:* | *Oops* | *KASAN* | *UBSAN* | *"kernel BUG at"* | \
@@ -283,6 +295,8 @@ soak_run() {
 	: > /tmp/soak.outcomes
 	: > /tmp/soak.reports
 	: > /tmp/soak.churns
+	: > /tmp/soak.unwind
+	case $3 in ungated*) SOAK_UNWIND=1 ;; esac
 	rm -f /tmp/soak.go && mkfifo /tmp/soak.go
 	: > /tmp/prober.log
 	case $3 in
@@ -340,6 +354,8 @@ soak_run() {
 	awk '$1 == "end" { print $5 }' /tmp/prober.log > /tmp/soak.probes
 	echo "probers' opens: $(tally /tmp/soak.probes)"
 	awk '$4 == 0 { none++ } END { print "openers: " NR ", " none + 0 " never opened their device" }' /tmp/soak.churns
+	[ ! -s /tmp/soak.unwind ] || sort -n /tmp/soak.unwind | awk '{ t[NR] = $1 }
+		END { print "unwind to return (ms): median " t[int((NR + 1) / 2)] ", max " t[NR] " of " NR }'
 	[ "$known" = 0 ] || echo "kmemleak: $known object(s) of SLUB's known sysfs_slab_add() leak (CVE-2024-25740, not in 6.1.192), not counted"
 	echo "soak: cycles=$n reports=$reports leaks=$leaks seconds=$(($(date +%s) - start))"
 	[ "$n" -eq "$cycles" ] && [ "$reports" = 0 ] && [ "$leaks" = 0 ] && [ -z "$problem" ]
