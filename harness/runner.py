@@ -441,6 +441,7 @@ class Runner:
 		       'logs': str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
 		       'results': [step.__dict__ for step in ktap.steps],
 		       'crash': verdict.crash_lines(texts['console.log']),
+		       'known_reports': verdict.known_reports(texts['console.log']),
 		       'ktap': texts['ktap'], 'console': texts['console.log']}
 		self.print_run(scenario, run)
 		return run
@@ -450,6 +451,8 @@ class Runner:
 		proof = f'  {run["proof"].removeprefix("expected: ")}' if run['proof'] else ''
 		with self.print_lock:
 			print(f'{run["verdict"]:<5} {name:<45} {run["seconds"]:5.1f}s{proof}', flush=True)
+			for title in run['known_reports']:
+				print(f'      known report, not the series\' (README): {title}', flush=True)
 
 
 def aggregate(scenario: Scenario, runs: List[Dict], repeat: int) -> Dict:

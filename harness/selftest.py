@@ -376,6 +376,25 @@ class CrashScan(unittest.TestCase):
 			   '[    1.2] WARNING: aftermath\n')
 		self.assertEqual(verdict.crash_lines(console), ['kernel BUG at mm/slub.c:1!'])
 
+	KCSAN_AT_REBOOT = ('[    4.79] BUG: KCSAN: data-race in _find_first_bit+0x23/0x51\n'
+			   '[    4.79] race at unknown origin, with read to 0xffffffff81befa40 of 8 bytes\n'
+			   '[    4.79]  _find_first_bit+0x23/0x51\n'
+			   '[    4.79]  native_stop_other_cpus+0x89/0x17c\n'
+			   '[    4.79] ==================================================================\n')
+
+	def test_known_report_fails_nothing_and_is_listed(self):
+		self.assertEqual(verdict.crash_lines(self.KCSAN_AT_REBOOT), [])
+		self.assertEqual(verdict.known_reports(self.KCSAN_AT_REBOOT),
+				 ['BUG: KCSAN: data-race in _find_first_bit+0x23/0x51'])
+
+	def test_known_title_with_another_trace_is_a_crash(self):
+		# The same function racing elsewhere is a new report; and a known
+		# report's frame after its end line does not make it known.
+		console = self.KCSAN_AT_REBOOT.replace('native_stop_other_cpus', 'blk_mq_run_hw_queue')
+		self.assertEqual(verdict.crash_lines(console), ['BUG: KCSAN: data-race in _find_first_bit+0x23/0x51'])
+		late = console + '[    4.80]  native_stop_other_cpus+0x89/0x17c\n'
+		self.assertEqual(verdict.known_reports(late), [])
+
 	def test_only_kernel_lines(self):
 		console = 'harness: image Oops.img\n# BUG: in a diagnostic\n[    1.0] raceblk: loaded\n'
 		self.assertEqual(verdict.crash_lines(console), [])

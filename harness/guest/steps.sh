@@ -1144,7 +1144,8 @@ no_blkhold_left() {
 }
 
 # prober_done: the prober off, and every prober it ran finished; prints
-# what each opened.  It must have opened the disk: else it raced nothing.
+# what each opened.  It must have opened the disk or a partition: else it
+# raced nothing.
 step_prober_done() {
 	local pid status=0
 
@@ -1157,8 +1158,9 @@ step_prober_done() {
 		echo "prober $pid ($(awk -v p="$pid" '$2 == p { print $3 }' /tmp/prober.log)): $(fate "$pid" blkhold)"
 		status=1
 	done
-	if ! grep -q "^end [0-9]* $DISK open OK " /tmp/prober.log; then
-		echo "no prober opened $DISK"
+	# A partition's open takes the module reference as the disk's does.
+	if ! grep -qE "^end [0-9]+ ${DISK}(p[0-9]+)? open OK " /tmp/prober.log; then
+		echo "no prober opened $DISK or a partition of it"
 		status=1
 	fi
 	return $status
