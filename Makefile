@@ -196,10 +196,10 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 INTREE_MODULES := drivers/scsi/scsi_debug.ko drivers/ata/ata_piix.ko drivers/scsi/sd_mod.ko
 DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
-# A -debug variant also gets make soak's instances of raceblk (see
+# A -debug or -kcsan variant also gets make soak's instances of raceblk (see
 # driver/Kbuild): raceblk_sN_{main,scsi}.c include the real sources.
 SOAK_INSTANCES := 4
-soak_instances = $(if $(filter %-debug,$(1)),$(SOAK_INSTANCES))
+soak_instances = $(if $(filter %-debug %-kcsan,$(1)),$(SOAK_INSTANCES))
 
 $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
 	@mkdir -p $(@D)

@@ -329,7 +329,7 @@ soak_run() {
 		n=$((n + 1))
 		[ $((n % 100)) -ne 0 ] || echo "soak: $n cycles, $(($(date +%s) - start)) s"
 	done
-	echo 0 > /sys/kernel/debug/failslab/times 2>/dev/null || true
+	{ echo 0 > /sys/kernel/debug/failslab/times; } 2>/dev/null || true
 	prober_off
 	leaks="n/a 0"
 	# After a report the kernel's state proves nothing more, and a task
