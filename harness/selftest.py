@@ -511,6 +511,7 @@ class Input(unittest.TestCase):
 		# hit; a clean run its cycles; a hung one no hit.
 		soak = load_soak()
 		consoles = {'hit': 3, 'clean': 5, 'hung': 2}
+		(HARNESS.parent / 'build').mkdir(exist_ok=True)
 		with tempfile.TemporaryDirectory(dir=HARNESS.parent / 'build') as tmp:
 			records = []
 			for name, cycles in consoles.items():
@@ -682,7 +683,6 @@ class GuestSteps(unittest.TestCase):
 		self.assertEqual(self.settle('sleep 60'), ['255:silent', '(S)'])
 
 
-@unittest.skipUnless(shutil.which('gcc'), 'needs gcc')
 def load_soak():
 	"""harness/soak as a module (its file has no .py)."""
 	loader = importlib.machinery.SourceFileLoader('soak', str(HARNESS / 'soak'))
@@ -692,6 +692,7 @@ def load_soak():
 	return soak
 
 
+@unittest.skipUnless(shutil.which('gcc'), 'needs gcc')
 class Churner(unittest.TestCase):
 	"""harness/guest/blkhold's churner and uevent prober, on a regular file
 	standing in for the disk."""

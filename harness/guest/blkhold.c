@@ -137,10 +137,11 @@ static int read_pass(int fd)
 /*
  * One open of @path, as a prober or a reader makes it (udev's blkid, a
  * "cat" in a loop): read it, and keep reading it until @hold_ms have
- * passed, then close it.  An opener that still reads or closes the disk
- * after a failed init has been unwound is the use-after-free: on every
- * pass, not only at its close.  Returns the open's errno; the first
- * read's error goes to @read_err.
+ * passed, then close it.  An opener that still holds the disk after a
+ * failed init has been unwound is the use-after-free on vanilla: at its
+ * close (a pass after del_gendisk() reads nothing on the whole disk and
+ * fails on a partition).  Returns the open's errno; the first read's
+ * error goes to @read_err.
  */
 static int churn_once(const char *path, long long hold_ms, int *read_err)
 {

@@ -44,7 +44,7 @@ SOAK_POINTS="none alloc before_add_disk after_add_disk after_scan_io late"
 # open is a use-after-free on vanilla only when it outlasts the unwind and
 # free_module() (two RCU grace periods on SMP): hundreds of ms on a TCG
 # debug guest: holds of 0-200 ms hit under 1% of vanilla-debug's loads,
-# 0-1000 ms most of them (README, Reliability).
+# 0-1000 ms about half of them (README, Reliability).
 SOAK_HOLD_MS=1000
 
 # Random draws use $RANDOM in this shell, never inside $(...): a subshell
@@ -81,8 +81,8 @@ soak_reclaim() {
 }
 
 # soak_openers INSTANCE COUNT: COUNT openers of its disk and partition 1,
-# each until the disk goes away, 2 s at most (the instance's turn comes
-# again 4 cycles later).
+# each until the disk goes away, 2 s at most and its last open's hold
+# (the instance's turn comes again 4 cycles later).
 soak_openers() {
 	local inst=$1 n dev
 
@@ -309,7 +309,7 @@ soak_run() {
 		;;
 	esac
 	dmesg -c > /dev/null
-	# The console shows warnings and worse only: a line per cycle, and any
+	# The console shows warnings and worse only: two lines per cycle, and any
 	# report in full, at 115200 baud.
 	dmesg -n 5
 	if [ "$3" = faults ]; then

@@ -1159,7 +1159,7 @@ step_prober_done() {
 		status=1
 	done
 	# A partition's open takes the module reference as the disk's does.
-	if ! grep -qE "^end [0-9]+ ${DISK}(p[0-9]+)? open OK " /tmp/prober.log; then
+	if ! grep -qE "^end [0-9]+ ${DISK}(${PART}[0-9]+)? open OK " /tmp/prober.log; then
 		echo "no prober opened $DISK or a partition of it"
 		status=1
 	fi
