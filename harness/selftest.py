@@ -387,6 +387,11 @@ class CrashScan(unittest.TestCase):
 		self.assertEqual(verdict.known_reports(self.KCSAN_AT_REBOOT),
 				 ['BUG: KCSAN: data-race in _find_first_bit+0x23/0x51'])
 
+	def test_excerpt_starts_at_the_crash_not_a_known_report(self):
+		console = self.KCSAN_AT_REBOOT + '[    4.80] BUG: unable to handle page fault\n'
+		self.assertTrue(verdict.crash_excerpt(console).startswith('[    4.80] BUG: unable to handle page fault'))
+		self.assertEqual(verdict.crash_excerpt(self.KCSAN_AT_REBOOT), '')
+
 	def test_known_title_with_another_trace_is_a_crash(self):
 		# The same function racing elsewhere is a new report; and a known
 		# report's frame after its end line does not make it known.

@@ -106,11 +106,17 @@ def crash_lines(console: str) -> List[str]:
 
 
 def crash_excerpt(console: str, lines: int = 40) -> str:
-	"""The console from the first crash line on: what a report shows."""
+	"""The console from the first crash line on (a known report is none):
+	what a report shows."""
 	text = console.split('\n')
+	known = known_report_titles(kernel_messages(console))
+	message = -1		# kernel_messages()'s index of the line
 	for i, line in enumerate(text):
 		match = KERNEL_LINE_RE.match(line)
-		if match and CRASH_RE.search(match.group(1)):
+		if not match:
+			continue
+		message += 1
+		if CRASH_RE.search(match.group(1)) and message not in known:
 			return '\n'.join(text[i:i + lines])
 	return ''
 
