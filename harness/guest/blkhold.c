@@ -15,8 +15,10 @@
  *                        and again for 0 to HOLD_MS milliseconds (drawn;
  *                        default 0), close it, in a loop, racing
  *                        whatever else happens to the device; for MS
- *                        milliseconds, or until PATH went away after it
- *                        was opened    -> "churn OK opened N failed M"
+ *                        milliseconds, until PATH went away after it
+ *                        was opened, or until SIGTERM (an open then held
+ *                        is kept to its end)
+ *                                      -> "churn OK opened N failed M"
  *
  * End of input ends the program.  A line that is not a command gets
  * "error EINVAL".  Run by the kernel as its uevent helper, it is a
@@ -25,6 +27,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -118,9 +121,10 @@ static unsigned int new_seed(void)
  * Read @fd's first PASS_BYTES (or all of it) through the page cache, then
  * drop what it cached, so that the next pass goes to the driver again: a
  * buffered read misses into readahead, which looks up the disk's fops
- * (bdev_read_page() on 6.1) and queues I/O.  Returns the read's error.
+ * (bdev_read_page() on 6.1) and queues I/O.  Returns the bytes read, or
+ * the read's -errno.
  */
-static int read_pass(int fd)
+static ssize_t read_pass(int fd)
 {
 	static char buf[65536];
 	ssize_t got = 0;
@@ -129,9 +133,9 @@ static int read_pass(int fd)
 	while (at < PASS_BYTES && (got = pread(fd, buf, sizeof(buf), at)) > 0)
 		at += got;
 	if (got < 0)
-		return errno;
+		return -errno;
 	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	return 0;
+	return at;
 }
 
 /*
@@ -147,14 +151,30 @@ static int churn_once(const char *path, long long hold_ms, int *read_err)
 {
 	long long end = now_ms() + hold_ms;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t got;
 
 	if (fd < 0)
 		return errno;
-	*read_err = read_pass(fd);
-	while (now_ms() < end)
-		read_pass(fd);
+	got = read_pass(fd);
+	*read_err = got < 0 ? -got : 0;
+	while (now_ms() < end) {
+		/*
+		 * Once the disk is gone a pass reads nothing (or fails) at
+		 * once: wait, rather than take a vCPU from the unwind.
+		 */
+		if (got <= 0)
+			sleep_ms(1);
+		got = read_pass(fd);
+	}
 	close(fd);
 	return 0;
+}
+
+static volatile sig_atomic_t churn_stopped;
+
+static void stop_churning(int sig __attribute__((unused)))
+{
+	churn_stopped = 1;
 }
 
 /*
@@ -170,7 +190,14 @@ static void do_churn(const char *path, long long ms, long long max_hold_ms)
 	unsigned int seed = new_seed();
 	int err, read_err = 0;
 
-	while (now_ms() < end) {
+	/*
+	 * SIGTERM: the harness has what it raced (a load returned).  The
+	 * harness starts churners with SIGTERM ignored, so that one sent
+	 * before this point is lost rather than fatal: the churner then runs
+	 * its @ms.
+	 */
+	sigaction(SIGTERM, &(struct sigaction){ .sa_handler = stop_churning }, NULL);
+	while (!churn_stopped && now_ms() < end) {
 		err = churn_once(path, draw_ms(&seed, max_hold_ms), &read_err);
 		if (err) {
 			failed++;

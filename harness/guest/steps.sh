@@ -1041,8 +1041,9 @@ step_open() {
 # churn_start=DEV[+DEV...][:HOLD_MS]: one process per DEV (see device_of)
 # opens it, reads its start and closes it in a loop, racing whatever init
 # does meanwhile; each open is kept 0 to HOLD_MS ms (drawn, default 0),
-# read again and again meanwhile, as a prober reads the disk it opened.  A churner stops when its
-# device went away after it had opened it, or after CHURN_MS (10 s).
+# read again and again meanwhile, as a prober reads the disk it opened.
+# A churner stops when its device went away after it had opened it, after
+# CHURN_MS (10 s), or at churners_stop.
 step_churn_start() {
 	local devs=${1%%:*} hold=0 dev n=0 list=""
 
@@ -1051,13 +1052,24 @@ step_churn_start() {
 	for dev in $(echo "$devs" | tr + ' '); do
 		n=$((n + 1))
 		dev=$(device_of "$dev")
-		echo "churn /dev/$dev ${CHURN_MS:-10000} $hold" | blkhold > "/tmp/churn.$n" &
+		# SIGTERM ignored until blkhold catches it (churners_stop).
+		echo "churn /dev/$dev ${CHURN_MS:-10000} $hold" |
+			(trap '' TERM; exec blkhold) > "/tmp/churn.$n" &
 		echo $! > "/tmp/churn.$n.pid"
 		list="$list /dev/$dev"
 	done
 	echo "$n" > /tmp/churners
 	sleep 0.5
 	echo "$n processes opening, reading and closing$list, each open kept 0-$hold ms"
+}
+
+# churners_stop: each churner ends after its current open.
+churners_stop() {
+	local n
+
+	for n in $(seq "$(cat /tmp/churners)"); do
+		kill -TERM "$(cat "/tmp/churn.$n.pid")" 2>/dev/null || true
+	done
 }
 
 # churner_settled N: churner N wrote its line (blkhold writes it whole,
@@ -1202,24 +1214,32 @@ tally() {
 }
 
 # reload_race=ROUNDS: ROUNDS failing loads in a row, each raced by two
-# churners (the disk and its first partition, opens kept 0-200 ms, for
-# 2 s at most) and all of them by an rmmod loop.  A round starts once the
+# churners (the disk and its first partition, opens kept 0-200 ms, until
+# the load returned) and all of them by an rmmod loop.  A round whose
+# churners never opened the disk raced nothing, and fails.  A round starts once the
 # last one's module is gone: freed at its failure, or kept while a churner
 # held it and then freed by the loop.  Each load gives the row's load
 # errno (EIO).
 step_reload_race() {
-	local round=0 got status=0
+	local round=0 got status=0 start gone loaded
 
 	rmmod_loop_start raceblk
 	while [ "$round" -lt "$1" ] && [ "$status" = 0 ]; do
 		round=$((round + 1))
+		uptime_cs; start=$UPTIME_CS
 		poll 10 module_gone raceblk || { echo "round $round: raceblk still loaded"; status=1; break; }
-		CHURN_MS=2000 step_churn_start "disk+part:200" > /dev/null
+		uptime_cs; gone=$UPTIME_CS
+		CHURN_MS=30000 step_churn_start "disk+part:200" > /dev/null
 		# shellcheck disable=SC2086 # PARAMS is a word list
 		got=$(or_died modctl "$(modctl load "$KO" $PARAMS)")
+		uptime_cs; loaded=$UPTIME_CS
+		churners_stop
 		churners_collect > /tmp/churn.out || { cat /tmp/churn.out; status=1; }
-		echo "round $round: load $got, churners opened $CHURNED times"
+		uptime_cs
+		echo "round $round: load $got, churners opened $CHURNED times" \
+			"(cs: gone $((gone - start)) load $((loaded - gone)) churners $((UPTIME_CS - loaded)))"
 		[ "$got" = EIO ] || status=1
+		[ "$CHURNED" -gt 0 ] || { echo "round $round: no churner opened the disk: it raced nothing"; status=1; }
 	done
 	poll 10 module_gone raceblk || { echo "raceblk still loaded after the last round"; status=1; }
 	rmmod_loop_stop || status=1
