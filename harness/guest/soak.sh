@@ -44,7 +44,8 @@ SOAK_POINTS="none alloc before_add_disk after_add_disk after_scan_io late"
 # open is a use-after-free on vanilla only when it outlasts the unwind and
 # free_module() (two RCU grace periods on SMP): hundreds of ms on a TCG
 # debug guest: holds of 0-200 ms hit under 1% of vanilla-debug's loads,
-# 0-1000 ms about half of them (README, Reliability).
+# 0-1000 ms about half of them (README, Reliability).  All races at once:
+# 0-3000 ms (soak_run).
 SOAK_HOLD_MS=1000
 
 # Random draws use $RANDOM in this shell, never inside $(...): a subshell
@@ -81,8 +82,9 @@ soak_reclaim() {
 }
 
 # soak_openers INSTANCE COUNT: COUNT openers of its disk and partition 1,
-# each until the disk goes away, 2 s at most and its last open's hold
-# (the instance's turn comes again 4 cycles later).
+# each until the disk goes away or the load has returned
+# (soak_openers_stop), 10 s at most, and its last open's hold.  SIGTERM
+# is ignored until blkhold catches it: one sent too early is lost.
 soak_openers() {
 	local inst=$1 n dev
 
@@ -91,9 +93,20 @@ soak_openers() {
 		n=$((n + 1))
 		dev=/dev/${inst}0
 		[ "$n" = 2 ] && dev=${dev}p1
-		echo "churn $dev 2000 $SOAK_HOLD_MS" | blkhold >> /tmp/soak.churns 2>&1 &
+		echo "churn $dev 10000 $SOAK_HOLD_MS" |
+			(trap '' TERM; exec blkhold) >> /tmp/soak.churns 2>&1 &
 		echo $! >> "/tmp/soak.$inst.pids"
 	done
+}
+
+# soak_openers_stop INSTANCE: its openers end after their current open.
+# Not a fixed budget: a debug guest's load can take longer than any.
+soak_openers_stop() {
+	local pid
+
+	while read -r pid; do
+		kill -TERM "$pid" 2> /dev/null || true
+	done < "/tmp/soak.$1.pids"
 }
 
 # soak_instances: the names of raceblk's instances.
@@ -225,6 +238,7 @@ soak_cycle() {
 	fi
 	wait "$pid"
 	echo "soak: cycle $n: the load returned" > /dev/kmsg
+	soak_openers_stop "$inst"
 	[ "$holder" = 0 ] || soak_holder_close
 	read -r got < /tmp/soak.load || got=""
 	if [ "$faults" = faults ]; then
@@ -297,6 +311,10 @@ soak_run() {
 	: > /tmp/soak.churns
 	: > /tmp/soak.unwind
 	case $3 in ungated*) SOAK_UNWIND=1 ;; esac
+	# With every race at once the unwind takes three times as long (the
+	# prober's forks and the rmmod loop: a median 1.5 s, at most 2.6 s,
+	# against 0.5 s): opens that race it must be able to last as long.
+	[ "$3" != ungated ] || SOAK_HOLD_MS=3000
 	rm -f /tmp/soak.go && mkfifo /tmp/soak.go
 	: > /tmp/prober.log
 	case $3 in
