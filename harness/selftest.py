@@ -734,18 +734,45 @@ class Churner(unittest.TestCase):
 		self.assertGreater(quick, 100)
 		self.assertLess(held, 60)
 
+	def stopped(self, command: str, stop) -> Tuple[str, float]:
+		"""Run COMMAND (a churn of 20 s), call STOP after 0.4 s; its
+		output, and how long it took to end after STOP."""
+		proc = self.blkhold()
+		proc.stdin.write(command + '\n')
+		proc.stdin.close()
+		time.sleep(0.4)
+		stop()
+		start = time.monotonic()
+		self.assertEqual(proc.wait(timeout=5), 0)
+		return proc.stdout.read(), time.monotonic() - start
+
 	def test_stops_when_its_device_goes_away(self):
 		gone = self.tmp / 'gone'
 		shutil.copyfile(self.disk, gone)
+		out, took = self.stopped(f'churn {gone} 20000 10', gone.unlink)
+		self.assertLess(took, 2)
+		self.assertRegex(out, r'^churn OK opened [1-9]')
+
+	def test_stops_at_its_stop_file_after_its_hold(self):
+		stop = self.tmp / 'stop'
+		stop.unlink(missing_ok=True)
+		out, took = self.stopped(f'churn {self.disk} 20000 300 {stop}', stop.touch)
+		self.assertLess(took, 1.5)
+		self.assertRegex(out, r'^churn OK opened [1-9]\d* failed 0\n$')
+
+	def test_a_hold_on_a_dead_disk_sleeps(self):
+		# A pass that reads nothing (a disk after del_gendisk()) waits
+		# 1 ms before the next, rather than spin through the hold.
+		empty = self.tmp / 'empty'
+		empty.write_bytes(b'')
 		proc = self.blkhold()
-		proc.stdin.write(f'churn {gone} 20000 10\n')
+		proc.stdin.write(f'churn {empty} 500 500\n')
 		proc.stdin.close()
-		time.sleep(0.3)
-		gone.unlink()
-		start = time.monotonic()
-		self.assertEqual(proc.wait(timeout=5), 0)
-		self.assertLess(time.monotonic() - start, 2)
+		_, status, usage = os.wait4(proc.pid, 0)
+		self.assertEqual(os.waitstatus_to_exitcode(status), 0)
 		self.assertRegex(proc.stdout.read(), r'^churn OK opened [1-9]')
+		# Spinning, it would use the whole 500 ms.
+		self.assertLess(usage.ru_utime + usage.ru_stime, 0.25)
 
 	def test_negative_hold_is_no_hold(self):
 		opened, _ = self.churn(f'churn {self.disk} 200 -1')

@@ -10,14 +10,14 @@
  *                        pread() LENGTH bytes at OFFSET of the held file
  *                        and write them to FILE      -> "read OK|EIO|..."
  *   close                close() the held file       -> "close OK|..."
- *   churn PATH MS [HOLD_MS]
+ *   churn PATH MS [HOLD_MS [STOP]]
  *                        open PATH, read its start through the page cache
  *                        and again for 0 to HOLD_MS milliseconds (drawn;
  *                        default 0), close it, in a loop, racing
  *                        whatever else happens to the device; for MS
  *                        milliseconds, until PATH went away after it
- *                        was opened, or until SIGTERM (an open then held
- *                        is kept to its end)
+ *                        was opened, or until the file STOP exists (an
+ *                        open then held is kept to its end)
  *                                      -> "churn OK opened N failed M"
  *
  * End of input ends the program.  A line that is not a command gets
@@ -27,7 +27,6 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -170,34 +169,21 @@ static int churn_once(const char *path, long long hold_ms, int *read_err)
 	return 0;
 }
 
-static volatile sig_atomic_t churn_stopped;
-
-static void stop_churning(int sig __attribute__((unused)))
-{
-	churn_stopped = 1;
-}
-
 /*
- * Open, read and close @path until @ms have passed, or until it went away
+ * Open, read and close @path until @ms have passed, until it went away
  * (ENOENT, ENXIO) after it was opened: the disk of a failed init is gone
- * for good.  The open that matters is the one that holds the disk while
+ * for good, or until @stop exists (the harness has what it raced: a load
+ * returned).  The open that matters is the one that holds the disk while
  * its driver's init fails and is unwound: drawing each hold from 0 to
  * @max_hold_ms spreads the closes across the unwind.  Count the outcomes.
  */
-static void do_churn(const char *path, long long ms, long long max_hold_ms)
+static void do_churn(const char *path, long long ms, long long max_hold_ms, const char *stop)
 {
 	long long end = now_ms() + ms, opened = 0, failed = 0;
 	unsigned int seed = new_seed();
 	int err, read_err = 0;
 
-	/*
-	 * SIGTERM: the harness has what it raced (a load returned).  The
-	 * harness starts churners with SIGTERM ignored, so that one sent
-	 * before this point is lost rather than fatal: the churner then runs
-	 * its @ms.
-	 */
-	sigaction(SIGTERM, &(struct sigaction){ .sa_handler = stop_churning }, NULL);
-	while (!churn_stopped && now_ms() < end) {
+	while (now_ms() < end && !(*stop && access(stop, F_OK) == 0)) {
 		err = churn_once(path, draw_ms(&seed, max_hold_ms), &read_err);
 		if (err) {
 			failed++;
@@ -269,7 +255,7 @@ static int uevent_probe(void)
 
 int main(int argc, char **argv)
 {
-	char line[4096], path[4096];
+	char line[4096], path[4096], stop[4096];
 	long long offset, hold;
 	size_t length;
 	int n;
@@ -282,8 +268,9 @@ int main(int argc, char **argv)
 			answer("open", do_open(path));
 		else if (sscanf(line, "read %lld %zu %4095s", &offset, &length, path) == 3)
 			answer("read", held < 0 ? EBADF : do_read(offset, length, path));
-		else if ((n = sscanf(line, "churn %4095s %lld %lld", path, &offset, &hold)) >= 2)
-			do_churn(path, offset, n == 3 ? hold : 0);
+		else if ((n = sscanf(line, "churn %4095s %lld %lld %4095s", path, &offset, &hold,
+				     stop)) >= 2)
+			do_churn(path, offset, n >= 3 ? hold : 0, n == 4 ? stop : "");
 		else if (!strcmp(line, "close\n"))
 			answer("close", held < 0 ? EBADF : do_close());
 		else

@@ -4,10 +4,11 @@
 # Each cycle loads one of raceblk's instances (raceblk_s0..raceblk_s3, disk
 # raceblk_sN0: see driver/Kbuild) with a failure point drawn at random,
 # half the time held there and released, while 0-2 openers open, read and
-# close its disk and first partition in a loop, racing the init, each open
-# kept 0-1000 ms and read meanwhile, as a prober keeps it; and for the
+# close its disk and first partition in a loop, racing the init until the
+# load has returned, each open kept 0-1000 ms (0-3000 ms with all ungated
+# races: soak_run) and read meanwhile, as a prober keeps it; and for the
 # whole soak a udev-like prober (blkhold as the uevent helper) opens every
-# block device the kernel announces, each kept 0-1000 ms.  Held
+# block device the kernel announces, each kept as long.  Held
 # after add_disk(), half the time a holder also opens the first partition
 # and keeps it open until the load has returned, then reads and closes it:
 # the 2003 race made certain (on vanilla the close runs into the freed
@@ -15,7 +16,8 @@
 # keeps because an opener held it when init failed is still there when
 # the next cycle starts; that cycle uses the next instance, so it does not
 # wait.  When the ring of instances comes back to it, four cycles later,
-# its openers are long done: it must unload (OK), and its disk be gone.
+# its openers are done (5 s at most is waited for each): it must unload
+# (OK), and its disk be gone.
 #
 # With faults, each cycle holds init at alloc or after add_disk(), aims
 # failures at what follows and releases it: failslab on the loading task's
@@ -83,30 +85,25 @@ soak_reclaim() {
 
 # soak_openers INSTANCE COUNT: COUNT openers of its disk and partition 1,
 # each until the disk goes away or the load has returned
-# (soak_openers_stop), 10 s at most, and its last open's hold.  SIGTERM
-# is ignored until blkhold catches it: one sent too early is lost.
+# (soak_openers_stop), 10 s at most, and its last open's hold.
 soak_openers() {
 	local inst=$1 n dev
 
+	rm -f "/tmp/soak.$inst.stop"
 	n=0
 	while [ "$n" -lt "$2" ]; do
 		n=$((n + 1))
 		dev=/dev/${inst}0
 		[ "$n" = 2 ] && dev=${dev}p1
-		echo "churn $dev 10000 $SOAK_HOLD_MS" |
-			(trap '' TERM; exec blkhold) >> /tmp/soak.churns 2>&1 &
-		echo $! >> "/tmp/soak.$inst.pids"
+		churner_spawn "$dev" 10000 "$SOAK_HOLD_MS" "/tmp/soak.$inst.stop" \
+			/tmp/soak.churns "/tmp/soak.$inst.pids"
 	done
 }
 
 # soak_openers_stop INSTANCE: its openers end after their current open.
 # Not a fixed budget: a debug guest's load can take longer than any.
 soak_openers_stop() {
-	local pid
-
-	while read -r pid; do
-		kill -TERM "$pid" 2> /dev/null || true
-	done < "/tmp/soak.$1.pids"
+	: > "/tmp/soak.$1.stop"
 }
 
 # soak_instances: the names of raceblk's instances.

@@ -1048,14 +1048,14 @@ step_churn_start() {
 	local devs=${1%%:*} hold=0 dev n=0 list=""
 
 	case $1 in *:*) hold=${1#*:} ;; esac
+	rm -f /tmp/churn.stop
 	# shellcheck disable=SC2086 # devs is a +-separated word list
 	for dev in $(echo "$devs" | tr + ' '); do
 		n=$((n + 1))
 		dev=$(device_of "$dev")
-		# SIGTERM ignored until blkhold catches it (churners_stop).
-		echo "churn /dev/$dev ${CHURN_MS:-10000} $hold" |
-			(trap '' TERM; exec blkhold) > "/tmp/churn.$n" &
-		echo $! > "/tmp/churn.$n.pid"
+		rm -f "/tmp/churn.$n" "/tmp/churn.$n.pid"
+		churner_spawn "/dev/$dev" "${CHURN_MS:-10000}" "$hold" /tmp/churn.stop \
+			"/tmp/churn.$n" "/tmp/churn.$n.pid"
 		list="$list /dev/$dev"
 	done
 	echo "$n" > /tmp/churners
@@ -1063,13 +1063,18 @@ step_churn_start() {
 	echo "$n processes opening, reading and closing$list, each open kept 0-$hold ms"
 }
 
+# churner_spawn PATH MS HOLD_MS STOP OUT PIDS: a blkhold churner of PATH in
+# the background, each open kept 0 to HOLD_MS ms (see blkhold.c); it
+# appends its line to OUT and its pid to PIDS, and stops after MS ms or
+# once the file STOP exists (its current open kept to its end).
+churner_spawn() {
+	echo "churn $1 $2 $3 $4" | blkhold >> "$5" 2>&1 &
+	echo $! >> "$6"
+}
+
 # churners_stop: each churner ends after its current open.
 churners_stop() {
-	local n
-
-	for n in $(seq "$(cat /tmp/churners)"); do
-		kill -TERM "$(cat "/tmp/churn.$n.pid")" 2>/dev/null || true
-	done
+	: > /tmp/churn.stop
 }
 
 # churner_settled N: churner N wrote its line (blkhold writes it whole,
