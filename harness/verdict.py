@@ -9,7 +9,7 @@ and the kernel printed no crash line; or, for a row that expects a crash
 
 import dataclasses
 import re
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from plan import Scenario
 
@@ -60,15 +60,17 @@ RESULT_RE = re.compile(r'^(ok|not ok) (\d+) (\S+)( # .*)?$')
 TIME_RE = re.compile(r'^# time: (\d+\.\d+)s$')
 
 
+def kernel_lines(console: str) -> List[Tuple[int, str]]:
+	"""The kernel's lines of a console log: each one's index among the
+	console's lines, and its message without the timestamp."""
+	# split('\n'), not splitlines(): a form feed in output is no new line.
+	return [(i, match.group(1)) for i, line in enumerate(console.split('\n'))
+		if (match := KERNEL_LINE_RE.match(line))]
+
+
 def kernel_messages(console: str) -> List[str]:
 	"""The kernel's lines of a console log, without their timestamps."""
-	messages = []
-	# split('\n'), not splitlines(): a form feed in output is no new line.
-	for line in console.split('\n'):
-		match = KERNEL_LINE_RE.match(line)
-		if match:
-			messages.append(match.group(1))
-	return messages
+	return [message for _, message in kernel_lines(console)]
 
 
 def known_report_titles(messages: List[str]) -> Dict[int, str]:
@@ -108,16 +110,11 @@ def crash_lines(console: str) -> List[str]:
 def crash_excerpt(console: str, lines: int = 40) -> str:
 	"""The console from the first crash line on (a known report is none):
 	what a report shows."""
-	text = console.split('\n')
-	known = known_report_titles(kernel_messages(console))
-	message = -1		# kernel_messages()'s index of the line
-	for i, line in enumerate(text):
-		match = KERNEL_LINE_RE.match(line)
-		if not match:
-			continue
-		message += 1
-		if CRASH_RE.search(match.group(1)) and message not in known:
-			return '\n'.join(text[i:i + lines])
+	numbered = kernel_lines(console)
+	known = known_report_titles([message for _, message in numbered])
+	for n, (i, message) in enumerate(numbered):
+		if CRASH_RE.search(message) and n not in known:
+			return '\n'.join(console.split('\n')[i:i + lines])
 	return ''
 
 
