@@ -8,7 +8,7 @@ kernel-patches/variants) and named VARIANT/ID/IMAGE.  Each runs in its own
 VM (a crash must not poison the next one), restored from a snapshot of its
 variant's guest taken where /init waits for work (build/KERNEL/snapshots/, saved
 again when the kernel, the archive or QEMU change) when the variant has 3
-scenarios or more in the run, else booted cold.  --snapshot and --cold
+boots or more in the run (scenarios times --repeat), else booted cold.  --snapshot and --cold
 force either way.  A new snapshot is restored once before use; one
 that cannot be saved, or crashes at that restore three times, falls back to
 cold boots.  The host sends each guest its resolved row (params and steps); the
@@ -373,12 +373,13 @@ class Runner:
 	def choose_boots(self) -> str:
 		"""Per variant, snapshot restores or cold boots; saves the
 		snapshots wanted, in parallel."""
-		counts: Dict[str, int] = {}
+		boots: Dict[str, int] = {}
 		# Snapshots are of microvm guests; other machines boot cold.
+		# Each --repeat run is a boot of its own.
 		for scenario in self.scenarios:
 			if scenario.machine == 'microvm':
-				counts[scenario.variant] = counts.get(scenario.variant, 0) + 1
-		wanted = [v for v, n in counts.items()
+				boots[scenario.variant] = boots.get(scenario.variant, 0) + self.opts.repeat
+		wanted = [v for v, n in boots.items()
 			  if self.opts.boot == 'snapshot' or (self.opts.boot == 'auto' and n >= SNAPSHOT_MIN)]
 		with concurrent.futures.ThreadPoolExecutor(max(1, min(len(wanted), self.opts.jobs))) as pool:
 			for variant, why in zip(wanted, pool.map(self.save_snapshot, wanted)):

@@ -166,6 +166,13 @@ class Faults(Case):
 		self.assertTrue((self.fake.build / 'snapshots/vanilla/vm').is_file())
 		self.assertSummary(done, 6, 0, 0)
 
+	def test_repeat_runs_count_towards_a_snapshot(self):
+		# One scenario run three times is three boots: a snapshot pays.
+		done = self.fake.run('pass', '--repeat', '3', '--filter', 'vanilla/before_add_disk/*')
+		self.assertIn(', snapshots,', done.stdout)
+		self.assertTrue((self.fake.build / 'snapshots/vanilla/vm').is_file())
+		self.assertSummary(done, 1, 0, 0)
+
 	def test_snapshot_that_crashes_at_restore_is_saved_again(self):
 		done = self.fake.run('first-restore-crash', '--snapshot', '--filter', MANY)
 		self.assertSummary(done, 6, 0, 0)
