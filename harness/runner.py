@@ -433,6 +433,7 @@ class Runner:
 			texts[name] = path.read_bytes().decode(errors='replace').replace('\r\n', '\n') if path.exists() else ''
 			path.write_text(texts[name])
 		ktap = verdict.parse_ktap(texts['ktap'], list(scenario.steps))
+		reports = verdict.console_reports(texts['console.log'])
 		if guestvm.stopping():
 			judged = verdict.Verdict('SKIP', 'interrupted')
 		else:
@@ -441,8 +442,8 @@ class Runner:
 		       'directive': judged.directive, 'seconds': round(seconds, 3),
 		       'logs': str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
 		       'results': [step.__dict__ for step in ktap.steps],
-		       'crash': verdict.crash_lines(texts['console.log']),
-		       'known_reports': verdict.known_reports(texts['console.log']),
+		       'crash': [message for _, message in reports.crashes],
+		       'known_reports': reports.known,
 		       'ktap': texts['ktap'], 'console': texts['console.log']}
 		self.print_run(scenario, run)
 		return run

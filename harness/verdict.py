@@ -87,35 +87,48 @@ def known_report_titles(messages: List[str]) -> Dict[int, str]:
 	return known
 
 
+@dataclasses.dataclass
+class Reports:
+	"""What a console reports: its crash lines up to the first oops, each
+	with its index among the console's lines, and the titles of its known
+	reports (see KNOWN_REPORTS), which are no crash."""
+	crashes: List[Tuple[int, str]]
+	known: List[str]
+
+
+def console_reports(console: str) -> Reports:
+	"""Read a console's reports once.  What follows an oops is its
+	aftermath (a task dying with a lock held warns again), not a crash."""
+	numbered = kernel_lines(console)
+	known = known_report_titles([message for _, message in numbered])
+	crashes: List[Tuple[int, str]] = []
+	for n, (i, message) in enumerate(numbered):
+		if OOPS_END_RE.match(message):
+			crashes = crashes or [(i, message)]
+			break
+		if CRASH_RE.search(message) and n not in known:
+			crashes.append((i, message))
+	return Reports(crashes, list(known.values()))
+
+
 def known_reports(console: str) -> List[str]:
 	"""The titles of the known reports on a console (see KNOWN_REPORTS)."""
-	return list(known_report_titles(kernel_messages(console)).values())
+	return console_reports(console).known
 
 
 def crash_lines(console: str) -> List[str]:
-	"""The crash lines up to the first oops, known reports left out.  What
-	follows an oops is its aftermath (a task dying with a lock held warns
-	again), not a crash."""
-	found: List[str] = []
-	messages = kernel_messages(console)
-	known = known_report_titles(messages)
-	for i, message in enumerate(messages):
-		if OOPS_END_RE.match(message):
-			return found or [message]
-		if CRASH_RE.search(message) and i not in known:
-			found.append(message)
-	return found
+	"""The crash lines up to the first oops, known reports left out."""
+	return [message for _, message in console_reports(console).crashes]
 
 
 def crash_excerpt(console: str, lines: int = 40) -> str:
 	"""The console from the first crash line on (a known report is none):
 	what a report shows."""
-	numbered = kernel_lines(console)
-	known = known_report_titles([message for _, message in numbered])
-	for n, (i, message) in enumerate(numbered):
-		if CRASH_RE.search(message) and n not in known:
-			return '\n'.join(console.split('\n')[i:i + lines])
-	return ''
+	crashes = console_reports(console).crashes
+	if not crashes:
+		return ''
+	first = crashes[0][0]
+	return '\n'.join(console.split('\n')[first:first + lines])
 
 
 @dataclasses.dataclass
