@@ -97,7 +97,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 			    help='run the scenarios matching one of these space-separated globs')
 	parser.add_argument('--shard', type=shard, default=(1, 1), metavar='I/N',
 			    help='every Nth scenario from the Ith')
-	parser.add_argument('--timeout', type=bounded(1, 3600), default=60, metavar='SECONDS')
+	parser.add_argument('--timeout', type=bounded(1, 86400), default=60, metavar='SECONDS')
 	parser.add_argument('--table', default=str(TABLE), metavar='FILE',
 			    help='the scenario table (default: harness/scenarios; make soak writes its own)')
 	parser.add_argument('--vcpus', type=bounded(1, 4), default=guestvm.VCPUS, metavar='N',

@@ -418,7 +418,7 @@ class Input(unittest.TestCase):
 	BAD_FLAGS = ((['-j', '9' * 20], 'argument -j: wants a whole number from 1 to 64'),
 		     (['-j', '0'], 'argument -j: wants a whole number from 1 to 64'),
 		     (['--matrix', '9' * 20], 'argument --matrix: wants a whole number from 1 to 256'),
-		     (['--timeout', '0'], 'argument --timeout: wants a whole number from 1 to 3600'),
+		     (['--timeout', '0'], 'argument --timeout: wants a whole number from 1 to 86400'),
 		     (['--repeat', 'x'], 'argument --repeat: wants a whole number from 1 to 1000'),
 		     (['--shard', '3/2'], 'argument --shard: wants I/N with 1 <= I <= N'),
 		     (['--shard', '1/' + '9' * 20], 'argument --shard: wants I/N'),
