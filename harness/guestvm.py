@@ -10,7 +10,11 @@ Snapshots are saved with QMP migrate to a file descriptor passed over the
 QMP socket, and restored with -incoming fd:N: no shell runs a path.
 
 Every QEMU runs in its own process group, has a deadline and is killed
-(the whole group) at it; kill_all() is what a signal handler calls.
+(the whole group) at it; kill_all() is what a signal handler calls.  A
+guest whose console has shown a kernel report and that then says nothing
+for QUIET_AFTER_REPORT_S is killed before its deadline: an oops that
+killed a task holding a lock leaves the rest waiting for it for good, and
+a soak's deadline is an hour away.
 """
 
 import hashlib
@@ -25,7 +29,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import plan
 
@@ -35,6 +39,9 @@ CMDLINE = 'console=ttyS0 reboot=t panic=-1'
 # under TCG (multi-threaded TCG), so that the loader and an opener really
 # run at the same time on the two host cores.
 VCPUS = 2
+# Longer than any quiet stretch of a live guest: a debug kmemleak scan
+# takes ~10 s, a soak cycle at most ~7 s.  (The self-tests shorten it.)
+QUIET_AFTER_REPORT_S = int(os.environ.get('RACEBLK_QUIET_AFTER_REPORT_S') or 60)
 
 _running: Dict[int, subprocess.Popen] = {}
 # Reentrant: the signal handler (kill_all) may run on a thread that holds it.
@@ -127,8 +134,13 @@ def scenario_message(variant: str, id_: str, image: str, params: Sequence[str],
 class Guest:
 	"""One QEMU process and its sockets, with a deadline for all of it."""
 
-	def __init__(self, workdir: pathlib.Path, sockdir: str, deadline: float):
+	def __init__(self, workdir: pathlib.Path, sockdir: str, deadline: float,
+		     reported: Optional[Callable[[str], bool]] = None):
 		self.workdir, self.deadline = workdir, deadline
+		# REPORTED(console) says whether a console shows a kernel report.
+		self.reported = reported
+		self.console_size, self.spoke = -1, time.monotonic()
+		self.hung = False
 		self.proc: Optional[subprocess.Popen] = None
 		self.received = bytearray()
 		self.listeners: List[socket.socket] = []
@@ -147,6 +159,22 @@ class Guest:
 
 	def remaining(self) -> float:
 		return max(0.0, self.deadline - time.monotonic())
+
+	def hung_after_report(self) -> bool:
+		"""The guest has said nothing for QUIET_AFTER_REPORT_S and its
+		console shows a kernel report: it is ended at once."""
+		console = self.workdir / 'console.log'
+		size = console.stat().st_size if console.exists() else 0
+		if size != self.console_size:
+			self.console_size, self.spoke = size, time.monotonic()
+			return False
+		if self.reported is None or time.monotonic() - self.spoke < QUIET_AFTER_REPORT_S:
+			return False
+		self.spoke = time.monotonic()	# read the console again in a while, not at every poll
+		if not self.reported(console.read_bytes().decode(errors='replace')):
+			return False
+		self.hung, self.deadline = True, time.monotonic()
+		return True
 
 	def start(self, args: List[str], pass_fds: Sequence[int] = ()) -> None:
 		if stopping():
@@ -189,23 +217,24 @@ class Guest:
 				if not data:
 					return stop is None
 				self.received += data
+				self.spoke = time.monotonic()
 				if out:
 					out.write(data)
 					out.flush()
-			elif self.remaining() <= 0:
+			elif self.remaining() <= 0 or self.hung_after_report():
 				return False
 		return True
 
 	def outcome(self, when: str, grace: float = 0) -> str:
 		"""Wait for QEMU until the deadline (plus GRACE: a guest that has
-		closed its port is ending): "exited", or "timeout" (then killed);
-		a Fault when QEMU itself failed (a guest's reboot or panic ends it
-		with status 0)."""
+		closed its port is ending): "exited", "timeout" or "hung" (a
+		report, then silence; killed either way); a Fault when QEMU itself
+		failed (a guest's reboot or panic ends it with status 0)."""
 		try:
 			status = self.proc.wait(timeout=self.remaining() + grace)
 		except subprocess.TimeoutExpired:
 			self.kill()
-			return 'timeout'
+			return 'hung' if self.hung else 'timeout'
 		if status != 0:
 			raise self._qemu_gone(when)
 		return 'exited'
@@ -232,14 +261,17 @@ class Guest:
 
 
 def run_scenario(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd: pathlib.Path,
-		 message: bytes, timeout_s: float, snapshot: Optional[pathlib.Path] = None) -> str:
+		 message: bytes, timeout_s: float, snapshot: Optional[pathlib.Path] = None,
+		 reported: Optional[Callable[[str], bool]] = None) -> str:
 	"""Boot (or restore SNAPSHOT) one guest, send it MESSAGE, keep its KTAP
 	in WORKDIR/ktap and its console in WORKDIR/console.log.  Returns
-	"exited" or "timeout"; raises Fault when QEMU failed around the guest."""
+	"exited", "timeout" or "hung" (see Guest.hung_after_report: REPORTED
+	tells a console with a kernel report); raises Fault when QEMU failed
+	around the guest."""
 	guest: Optional[Guest] = None
 	fds: List[int] = []
 	try:
-		guest = Guest(workdir, sockdir, time.monotonic() + timeout_s)
+		guest = Guest(workdir, sockdir, time.monotonic() + timeout_s, reported)
 		args = machine.args(initrd, workdir / 'console.log', guest.ktap_path)
 		if snapshot is not None:
 			fd = os.open(snapshot, os.O_RDONLY)

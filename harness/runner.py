@@ -404,13 +404,14 @@ class Runner:
 			try:
 				return guestvm.run_scenario(self.machine(scenario.variant, scenario=scenario),
 							    workdir, self.sockdir,
-							    initrd, self.message(scenario), self.opts.timeout)
+							    initrd, self.message(scenario), self.opts.timeout,
+							    reported=verdict.reported)
 			finally:
 				initrd.unlink(missing_ok=True)
 		archive = b'' if scenario.image == plan.DEFAULT_IMAGE else image_archive(scenario.image).read_bytes()
 		return guestvm.run_scenario(self.machine(scenario.variant), workdir, self.sockdir,
 					    snapshot.with_suffix('.initrd'), self.message(scenario, archive),
-					    self.opts.timeout, snapshot=snapshot)
+					    self.opts.timeout, snapshot=snapshot, reported=verdict.reported)
 
 	def run_once(self, scenario: Scenario, k: int) -> Dict:
 		"""Boot run K of SCENARIO and judge it: a run record."""

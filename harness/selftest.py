@@ -26,7 +26,7 @@ import time
 import types
 import unittest
 import xml.etree.ElementTree as ET
-from typing import Tuple
+from typing import Optional, Tuple
 
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
@@ -74,9 +74,10 @@ class FakeBuild:
 		return {**os.environ, 'RACEBLK_BUILD': str(self.build), 'FAKE_QEMU': mode, 'FAKE_QEMU_STATE': str(self.root),
 			'VARIANTS': ' '.join(self.variants), 'PATH': f'{self.bin}:{os.environ["PATH"]}'}
 
-	def run(self, mode: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-		return subprocess.run([str(HARNESS / 'run'), *args], env=self.env(mode), capture_output=True,
-				      text=True, timeout=timeout, check=False)
+	def run(self, mode: str, *args: str, timeout: float = 120, env: Optional[dict] = None
+		) -> subprocess.CompletedProcess:
+		return subprocess.run([str(HARNESS / 'run'), *args], env={**self.env(mode), **(env or {})},
+				      capture_output=True, text=True, timeout=timeout, check=False)
 
 	def start(self, mode: str, *args: str) -> subprocess.Popen:
 		return subprocess.Popen([str(HARNESS / 'run'), *args], env=self.env(mode), text=True,
@@ -236,6 +237,24 @@ class Faults(Case):
 		self.assertReportsReadable()
 		self.assertIn('# TIMEOUT', (self.fake.build / 'results/results.ktap').read_text())
 		self.assertEqual(self.fake.guests_left(), [])
+
+	def test_guest_silent_after_a_report_killed_before_its_timeout(self):
+		start = time.monotonic()
+		done = self.fake.run('crash-hang', '--timeout', '120', '--filter', 'vanilla/before_add_disk/*',
+				     env={'RACEBLK_QUIET_AFTER_REPORT_S': '2'})
+		self.assertLess(time.monotonic() - start, 30)
+		self.assertSummary(done, 0, 1, 0)
+		self.assertIn('guest killed: silent for 2s after a kernel report (console: BUG: unable to handle',
+			      done.stdout)
+		self.assertIn('# TIMEOUT', (self.fake.build / 'results/results.ktap').read_text())
+		self.assertEqual(self.fake.guests_left(), [])
+
+	def test_silent_guest_without_a_report_waits_for_its_timeout(self):
+		start = time.monotonic()
+		done = self.fake.run('hang', '--timeout', '5', '--filter', 'vanilla/before_add_disk/*',
+				     env={'RACEBLK_QUIET_AFTER_REPORT_S': '1'})
+		self.assertGreaterEqual(time.monotonic() - start, 5)
+		self.assertIn('guest killed at the 5s timeout', done.stdout)
 
 	def interrupt(self, signum, status):
 		run = self.start('hang', '--cold', '-j', '1', '--filter', MANY)

@@ -11,6 +11,7 @@ import dataclasses
 import re
 from typing import Dict, List, Optional, Tuple
 
+from guestvm import QUIET_AFTER_REPORT_S
 from plan import Scenario
 
 # An x86 die() header: "Oops: 0000 [#1]", "invalid opcode: 0000 [#1]",
@@ -109,6 +110,11 @@ def console_reports(console: str) -> Reports:
 		if CRASH_RE.search(message) and n not in known:
 			crashes.append((i, message))
 	return Reports(crashes, list(known.values()))
+
+
+def reported(console: str) -> bool:
+	"""Whether a console shows a kernel report (a known one is none)."""
+	return bool(console_reports(console).crashes)
 
 
 def known_reports(console: str) -> List[str]:
@@ -224,7 +230,7 @@ def scenario_marker(scenario: Scenario) -> str:
 
 
 def judge(scenario: Scenario, ktap: Ktap, console: str, outcome: str, timeout_s: int) -> Verdict:
-	"""OUTCOME is how the guest ended: "exited", "timeout", or a harness
+	"""OUTCOME is how the guest ended: "exited", "timeout", "hung", or a harness
 	fault ("fault: ...") when no guest ran at all."""
 	if outcome.startswith('fault: '):
 		return Verdict('ERROR', outcome[len('fault: '):], directive='ERROR')
@@ -236,6 +242,9 @@ def judge(scenario: Scenario, ktap: Ktap, console: str, outcome: str, timeout_s:
 	if outcome == 'timeout':
 		return Verdict('FAIL', f'guest killed at the {timeout_s}s timeout{with_crash}',
 			       directive='TIMEOUT')
+	if outcome == 'hung':
+		return Verdict('FAIL', f'guest killed: silent for {QUIET_AFTER_REPORT_S}s after a kernel report'
+			       f'{with_crash}', directive='TIMEOUT')
 	if ktap.plan is None:
 		reason = ktap.errors[0] if ktap.errors else 'no KTAP plan from the guest'
 		return Verdict('FAIL', reason + with_crash, directive='ERROR')
