@@ -55,6 +55,10 @@ SHOWN = os.path.relpath(BUILD, TOP) if BUILD.is_relative_to(TOP) else str(BUILD)
 RESULTS = BUILD / 'results'
 TABLE = HARNESS / 'scenarios'
 SNAPSHOT_MIN = 3	# a snapshot costs about two boots
+# A debug or KCSAN kernel runs a scenario 3 to 6 times slower under TCG
+# than a plain one (fixed-debug's reload_ungated: 40-55 s beside another
+# guest): its guests get this many times --timeout.
+SLOW_VARIANT_TIMEOUT = 2
 SAVE_TRIES = 3
 
 USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list] [--matrix N] [--filter GLOBS] '
@@ -288,6 +292,12 @@ class Runner:
 		return guestvm.Machine(accel or self.accel, variant, kernel_of(variant), scenario.machine,
 				       disk_of(scenario.image), vcpus=self.opts.vcpus)
 
+	def timeout_of(self, variant: str) -> int:
+		"""A guest's timeout: --timeout, or SLOW_VARIANT_TIMEOUT times it on
+		a debug or KCSAN kernel."""
+		slow = {'debug', 'kcsan'} & set(plan.fragments_of(variant))
+		return self.opts.timeout * (SLOW_VARIANT_TIMEOUT if slow else 1)
+
 	def message(self, scenario: Scenario, archive: bytes = b'') -> bytes:
 		return guestvm.scenario_message(scenario.variant, scenario.id, scenario.image,
 						scenario.params, scenario.steps, archive)
@@ -341,7 +351,7 @@ class Runner:
 			write_initrd(variant, plan.DEFAULT_IMAGE, snapdir / 'vm.initrd')
 			try:
 				guestvm.save_snapshot(machine, snapdir, self.sockdir, snapdir / 'vm.initrd', vm,
-						      2 * self.opts.timeout)
+						      2 * self.timeout_of(variant))
 				problem = self.restore_problem(variant, snapdir)
 			except guestvm.Fault as fault:
 				return str(fault)
@@ -361,7 +371,7 @@ class Runner:
 		check.mkdir()
 		message = guestvm.scenario_message(variant, 'snapshot-check', plan.DEFAULT_IMAGE, (), ())
 		outcome = guestvm.run_scenario(self.machine(variant), check, self.sockdir, snapdir / 'vm.initrd',
-					       message, self.opts.timeout, snapshot=snapdir / 'vm')
+					       message, self.timeout_of(variant), snapshot=snapdir / 'vm')
 		console = check / 'console.log'
 		crashes = verdict.crash_lines(console.read_bytes().decode(errors='replace') if console.exists() else '')
 		if crashes:
@@ -404,14 +414,15 @@ class Runner:
 			try:
 				return guestvm.run_scenario(self.machine(scenario.variant, scenario=scenario),
 							    workdir, self.sockdir,
-							    initrd, self.message(scenario), self.opts.timeout,
+							    initrd, self.message(scenario), self.timeout_of(scenario.variant),
 							    reported=verdict.reported)
 			finally:
 				initrd.unlink(missing_ok=True)
 		archive = b'' if scenario.image == plan.DEFAULT_IMAGE else image_archive(scenario.image).read_bytes()
 		return guestvm.run_scenario(self.machine(scenario.variant), workdir, self.sockdir,
 					    snapshot.with_suffix('.initrd'), self.message(scenario, archive),
-					    self.opts.timeout, snapshot=snapshot, reported=verdict.reported)
+					    self.timeout_of(scenario.variant), snapshot=snapshot,
+					    reported=verdict.reported)
 
 	def run_once(self, scenario: Scenario, k: int) -> Dict:
 		"""Boot run K of SCENARIO and judge it: a run record."""
@@ -438,7 +449,8 @@ class Runner:
 		if guestvm.stopping():
 			judged = verdict.Verdict('SKIP', 'interrupted')
 		else:
-			judged = verdict.judge(scenario, ktap, texts['console.log'], outcome, self.opts.timeout)
+			judged = verdict.judge(scenario, ktap, texts['console.log'], outcome,
+					       self.timeout_of(scenario.variant))
 		run = {'run': k, 'verdict': judged.verdict, 'reason': judged.reason, 'proof': judged.proof,
 		       'directive': judged.directive, 'seconds': round(seconds, 3),
 		       'logs': str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),

@@ -238,6 +238,16 @@ class Faults(Case):
 		self.assertIn('# TIMEOUT', (self.fake.build / 'results/results.ktap').read_text())
 		self.assertEqual(self.fake.guests_left(), [])
 
+	def test_debug_guest_gets_twice_the_timeout(self):
+		fake = FakeBuild(variants=('fixed-debug',))
+		try:
+			start = time.monotonic()
+			done = fake.run('hang', '--cold', '--timeout', '2', '--filter', 'fixed-debug/holder_close/*')
+			self.assertGreaterEqual(time.monotonic() - start, 4)
+			self.assertIn('guest killed at the 4s timeout', done.stdout)
+		finally:
+			fake.close()
+
 	def test_guest_silent_after_a_report_killed_before_its_timeout(self):
 		start = time.monotonic()
 		done = self.fake.run('crash-hang', '--timeout', '120', '--filter', 'vanilla/before_add_disk/*',
