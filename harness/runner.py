@@ -455,7 +455,7 @@ class Runner:
 		       'directive': judged.directive, 'seconds': round(seconds, 3),
 		       'logs': str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
 		       'results': [step.__dict__ for step in ktap.steps],
-		       'crash': [message for _, message in reports.crashes],
+		       'crash': reports.crash_lines,
 		       'known_reports': reports.known,
 		       'ktap': texts['ktap'], 'console': texts['console.log']}
 		self.print_run(scenario, run)

@@ -420,7 +420,7 @@ class CrashScan(unittest.TestCase):
 
 	def test_known_report_fails_nothing_and_is_listed(self):
 		self.assertEqual(verdict.crash_lines(self.KCSAN_AT_REBOOT), [])
-		self.assertEqual(verdict.known_reports(self.KCSAN_AT_REBOOT),
+		self.assertEqual(verdict.console_reports(self.KCSAN_AT_REBOOT).known,
 				 ['BUG: KCSAN: data-race in _find_first_bit+0x23/0x51'])
 
 	def test_excerpt_starts_at_the_crash_not_a_known_report(self):
@@ -434,7 +434,7 @@ class CrashScan(unittest.TestCase):
 		console = self.KCSAN_AT_REBOOT.replace('native_stop_other_cpus', 'blk_mq_run_hw_queue')
 		self.assertEqual(verdict.crash_lines(console), ['BUG: KCSAN: data-race in _find_first_bit+0x23/0x51'])
 		late = console + '[    4.80]  native_stop_other_cpus+0x89/0x17c\n'
-		self.assertEqual(verdict.known_reports(late), [])
+		self.assertEqual(verdict.console_reports(late).known, [])
 
 	def test_only_kernel_lines(self):
 		console = 'harness: image Oops.img\n# BUG: in a diagnostic\n[    1.0] raceblk: loaded\n'

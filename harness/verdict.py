@@ -96,6 +96,11 @@ class Reports:
 	crashes: List[Tuple[int, str]]
 	known: List[str]
 
+	@property
+	def crash_lines(self) -> List[str]:
+		"""The crash lines alone, without their console index."""
+		return [message for _, message in self.crashes]
+
 
 def console_reports(console: str) -> Reports:
 	"""Read a console's reports once.  What follows an oops is its
@@ -117,14 +122,9 @@ def reported(console: str) -> bool:
 	return bool(console_reports(console).crashes)
 
 
-def known_reports(console: str) -> List[str]:
-	"""The titles of the known reports on a console (see KNOWN_REPORTS)."""
-	return console_reports(console).known
-
-
 def crash_lines(console: str) -> List[str]:
 	"""The crash lines up to the first oops, known reports left out."""
-	return [message for _, message in console_reports(console).crashes]
+	return console_reports(console).crash_lines
 
 
 def crash_excerpt(console: str, lines: int = 40) -> str:
