@@ -420,6 +420,19 @@ class CrashScan(unittest.TestCase):
 		self.assertEqual(verdict.console_reports(self.KCSAN_AT_REBOOT).known,
 				 ['BUG: KCSAN: data-race in _find_first_bit+0x23/0x51'])
 
+	def test_sbitmap_race_is_known(self):
+		# 6.12 fixed-kcsan, openers_ungated (README, "Known reports").
+		console = ('[    6.83] BUG: KCSAN: data-race in _find_next_zero_bit / sbitmap_find_bit\n'
+			   '[    6.83] read-write (marked) to 0xffff888000c2cd80 of 8 bytes by task 60 on cpu 0:\n'
+			   '[    6.83]  sbitmap_find_bit+0x125/0x19b\n'
+			   '[    6.83]  sbitmap_get+0x94/0xb6\n'
+			   '[    6.83] read to 0xffff888000c2cd80 of 8 bytes by task 51 on cpu 1:\n'
+			   '[    6.83]  _find_next_zero_bit+0x32/0x8e\n'
+			   '[    6.83] ==================================================================\n')
+		self.assertEqual(verdict.crash_lines(console), [])
+		self.assertEqual(verdict.console_reports(console).known,
+				 ['BUG: KCSAN: data-race in _find_next_zero_bit / sbitmap_find_bit'])
+
 	def test_excerpt_starts_at_the_crash_not_a_known_report(self):
 		console = self.KCSAN_AT_REBOOT + '[    4.80] BUG: unable to handle page fault\n'
 		self.assertTrue(verdict.crash_excerpt(console).startswith('[    4.80] BUG: unable to handle page fault'))

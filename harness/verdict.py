@@ -45,9 +45,13 @@ CRASH_RE = re.compile('^(?:' + '|'.join(f'(?:{t})' for t in CRASH_TITLES) + ')')
 # run (README, "Known reports"): a title and a function of its trace.  A
 # known report fails no row; the run lists it.  KCSAN at every reboot:
 # native_stop_other_cpus() (arch/x86/kernel/smp.c) polls cpus_stop_mask
-# while the other CPUs clear their bits in it as they stop.
+# while the other CPUs clear their bits in it as they stop.  KCSAN on 6.12
+# (1 run in 400): sbitmap_find_bit() (lib/sbitmap.c) looks for a free tag
+# with a plain find_next_zero_bit() while another CPU sets one with
+# test_and_set_bit_lock(); the search is a hint the atomic set confirms.
 KNOWN_REPORTS = (
 	('BUG: KCSAN: data-race in _find_first_bit', 'native_stop_other_cpus'),
+	('BUG: KCSAN: data-race in _find_next_zero_bit / sbitmap_find_bit', 'sbitmap_get'),
 )
 # A KCSAN or KASAN report's last line.
 REPORT_END_RE = re.compile(r'^=+$')
