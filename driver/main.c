@@ -16,6 +16,9 @@
  *
  * backend=blk (the default) is a blk-mq disk of its own (raceblk0);
  * backend=scsi a SCSI low-level driver whose disk belongs to sd (scsi.c).
+ * free_disk=1 gives the blk disk a ->free_disk, as sd and loop have: the
+ * disk's last put frees the driver's data then, and checks that whoever
+ * put it still held the driver.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -148,6 +151,26 @@ MODULE_PARM_DESC(unwind, "Error path once the disk was added: clean (del_gendisk
 static char *g_backend = "blk";
 module_param_named(backend, g_backend, charp, 0444);
 MODULE_PARM_DESC(backend, "blk (default): a blk-mq disk; scsi: a SCSI host whose disk sd owns");
+
+static bool g_free_disk;
+
+/* A bool as the others take their values: or EINVAL naming the parameter. */
+static int raceblk_bool_set(const char *val, const struct kernel_param *kp)
+{
+	if (kstrtobool(val, kp->arg)) {
+		pr_err("%s=%s: must be 0 or 1\n", kp->name, val);
+		return -EINVAL;
+	}
+	return 0;
+}
+
+static const struct kernel_param_ops raceblk_bool_ops = {
+	.set = raceblk_bool_set,
+	.get = param_get_bool,
+};
+
+module_param_cb(free_disk, &raceblk_bool_ops, &g_free_disk, 0444);
+MODULE_PARM_DESC(free_disk, "backend=blk: the disk's last put frees the driver's data through ->free_disk, as sd and loop do. Default: 0");
 
 static char *g_image = "raceblk/mbr-primary.img";
 module_param_named(image, g_image, charp, 0444);
@@ -351,6 +374,10 @@ static int raceblk_parse_params(void)
 	if (raceblk_check_point("fail_at", g_fail_point) ||
 	    raceblk_check_point("hold", g_hold_point))
 		return -EINVAL;
+	if (g_free_disk && g_backend_kind != RACEBLK_BACKEND_BLK) {
+		pr_err("free_disk=1: only with backend=blk (sd frees its own disk)\n");
+		return -EINVAL;
+	}
 	return 0;
 }
 
@@ -450,6 +477,35 @@ static const struct block_device_operations raceblk_fops = {
 	.owner		= THIS_MODULE,
 };
 
+/* Set while raceblk itself may drop its disk's last reference. */
+static bool g_putting_own_disk;
+/* free_disk=1 and the disk was added: its ->free_disk frees the raceblk_dev. */
+static bool g_disk_owns_dev;
+
+/*
+ * free_disk=1: the disk owns the driver's data and frees it at its last
+ * put.  The block layer calls this from disk_release(), in this module:
+ * unless raceblk put the disk itself (from its init's error path or its
+ * exit), whoever put it last must still hold a reference on raceblk, or
+ * the module may be gone under this very call.
+ */
+static void raceblk_disk_free(struct gendisk *disk)
+{
+	struct raceblk_dev *dev = disk->private_data;
+
+	WARN(!READ_ONCE(g_putting_own_disk) && module_refcount(THIS_MODULE) < 1,
+	     "%s: ->free_disk called by one who no longer holds %s\n",
+	     disk->disk_name, KBUILD_MODNAME);
+	pr_info("%s: ->free_disk: freeing the driver's data\n", disk->disk_name);
+	vfree(dev->data);
+	kfree(dev);
+}
+
+static const struct block_device_operations raceblk_fops_free_disk = {
+	.owner		= THIS_MODULE,
+	.free_disk	= raceblk_disk_free,
+};
+
 /*
  * Read the image into memory the disk can write to.  Not request_firmware():
  * it reads a file of any size before anyone can look at that size, so an
@@ -519,7 +575,7 @@ static int raceblk_alloc_disk(struct raceblk_dev *dev)
 	 * No major: add_disk() takes the disk's and its partitions' numbers
 	 * from the extended dev_t space.
 	 */
-	disk->fops = &raceblk_fops;
+	disk->fops = g_free_disk ? &raceblk_fops_free_disk : &raceblk_fops;
 	disk->private_data = dev;
 	/* raceblk0; make soak's instances raceblk_s0... have raceblk_s00... */
 	strscpy(disk->disk_name, KBUILD_MODNAME "0", DISK_NAME_LEN);
@@ -528,10 +584,25 @@ static int raceblk_alloc_disk(struct raceblk_dev *dev)
 	return 0;
 }
 
+/*
+ * Put the disk and free the tag set.  With free_disk=1, once the disk was
+ * added it owns @dev (g_disk_owns_dev), and this put may free it through
+ * ->free_disk: the tag set goes first, which a deleted disk allows (see
+ * disk_release()); a disk never added still needs it to exit its queue.
+ */
 static void raceblk_free_disk(struct raceblk_dev *dev)
 {
-	put_disk(dev->disk);
-	blk_mq_free_tag_set(&dev->tag_set);
+	struct gendisk *disk = dev->disk;
+
+	WRITE_ONCE(g_putting_own_disk, true);
+	if (g_disk_owns_dev) {
+		blk_mq_free_tag_set(&dev->tag_set);
+		put_disk(disk);
+	} else {
+		put_disk(disk);
+		blk_mq_free_tag_set(&dev->tag_set);
+	}
+	WRITE_ONCE(g_putting_own_disk, false);
 }
 
 /*
@@ -637,6 +708,7 @@ static int raceblk_init_blk(struct raceblk_dev *dev)
 	err = add_disk(dev->disk);
 	if (err)
 		goto out_free_disk;
+	g_disk_owns_dev = g_free_disk;
 	pr_info("%s: %llu sectors from image %s\n", dev->disk->disk_name,
 		(unsigned long long)dev->capacity, g_image);
 	err = raceblk_reach(RACEBLK_AFTER_ADD_DISK);
@@ -736,8 +808,11 @@ static int __init raceblk_init(void)
 	else
 		err = raceblk_init_blk(dev);
 	if (err) {
-		/* unwind=leak left the disk or host, and its memory, in use. */
-		if (g_leaked)
+		/*
+		 * unwind=leak left the disk or host, and its memory, in use;
+		 * with free_disk=1 the disk's last put frees them.
+		 */
+		if (g_leaked || g_disk_owns_dev)
 			return err;
 		goto out_free_data;
 	}
@@ -761,6 +836,8 @@ static void __exit raceblk_exit(void)
 	} else {
 		del_gendisk(g_dev->disk);
 		raceblk_free_disk(g_dev);
+		if (g_disk_owns_dev)
+			return;
 	}
 	vfree(g_dev->data);
 	kfree(g_dev);
