@@ -476,25 +476,26 @@ step_refused() {
 	[ -n "$line" ]
 }
 
-# raceblk_marked LINE1 LINE2 STATE FLAGS INITSTATE: raceblk is still loaded
-# after its failed init: the log says "raceblk: LINE1..." and "raceblk:
-# LINE2...", /proc/modules shows it in STATE with flags ending in FLAGS,
-# sysfs says INITSTATE and unsafe 1.
+# raceblk_marked STATE FLAGS INITSTATE ATTR LINE...: raceblk is still
+# loaded after its failed init: /proc/modules shows it in STATE with flags
+# ending in FLAGS, /sys/module/raceblk says INITSTATE and ATTR 1, and the
+# log has each "raceblk: LINE...".
 raceblk_marked() {
-	local first second proc initstate flag status=0
+	local state=$1 flags=$2 initstate_wanted=$3 attr=$4 line found proc initstate flag status=0
 
-	first=$(dmesg | grep -F "raceblk: $1" | head -n 1)
-	second=$(dmesg | grep -F "raceblk: $2" | head -n 1)
+	shift 4
+	for line in "$@"; do
+		found=$(dmesg | grep -F "raceblk: $line" | head -n 1)
+		echo "log: ${found:-no line \"raceblk: $line\"}"
+		[ -n "$found" ] || status=1
+	done
 	proc=$(grep '^raceblk ' /proc/modules)
 	initstate=$(cat /sys/module/raceblk/initstate 2>&1)
-	flag=$(cat /sys/module/raceblk/unsafe 2>&1)
-	echo "log: ${first:-no line \"raceblk: $1\"}"
-	echo "log: ${second:-no line \"raceblk: $2\"}"
+	flag=$(cat "/sys/module/raceblk/$attr" 2>&1)
 	echo "/proc/modules: ${proc:-no raceblk}"
-	echo "/sys/module/raceblk: initstate $initstate, unsafe $flag"
-	[ -n "$first" ] && [ -n "$second" ] || status=1
-	case $proc in *" $3 "*"$4)") ;; *) status=1 ;; esac
-	[ "$initstate" = "$5" ] || status=1
+	echo "/sys/module/raceblk: initstate $initstate, $attr $flag"
+	case $proc in *" $state "*"$flags)") ;; *) status=1 ;; esac
+	[ "$initstate" = "$initstate_wanted" ] || status=1
 	[ "$flag" = 1 ] || status=1
 	return $status
 }
@@ -502,27 +503,52 @@ raceblk_marked() {
 # stuck: raceblk's init failed after it was made live (rusty), so it is
 # kept for good: logged as unsafe and stuck, Live with the "!" flag.
 step_stuck() {
-	raceblk_marked "cannot be unloaded due to unsafe usage" "module is now stuck" \
-		Live '!' live
+	raceblk_marked Live '!' live unsafe \
+		"cannot be unloaded due to unsafe usage" "module is now stuck"
 }
 
 # kept: raceblk's init failed while something held it (fixed), so it is
-# kept until rmmod finds it unused: logged as unsafe with the caller of the
-# last reference taken during init, Unloading with the "!" flag.
+# kept until the last holder lets go: logged, Unloading with the "!" flag,
+# /sys/module/raceblk/kept 1.
 step_kept() {
-	raceblk_marked "unsafe: init failed with" \
-		"the last reference taken during its init came from" Unloading '!-' going
+	raceblk_marked Unloading '!-' going kept "init failed with" \
+		"reference(s) held it: kept until the last one is dropped"
+}
+
+# reaped: raceblk, kept after its failed init, leaves /proc/modules by
+# itself (no rmmod) within 10 s of its last holder letting go, as the log
+# says.
+step_reaped() {
+	local waited=0 line
+
+	while grep -q '^raceblk ' /proc/modules; do
+		if [ "$waited" -ge 10000 ]; then
+			echo "raceblk still in /proc/modules 10 s after its last holder let go"
+			grep '^raceblk ' /proc/modules
+			return 1
+		fi
+		sleep 0.05
+		waited=$((waited + 50))
+	done
+	line=$(dmesg | grep -F "raceblk: its last holder let go: freeing it" | tail -n 1)
+	echo "raceblk left /proc/modules without rmmod, within ${waited} ms"
+	echo "log: ${line:-no line \"raceblk: its last holder let go: freeing it\"}"
+	[ -n "$line" ]
 }
 
 # released: raceblk was freed when its init failed (nobody held it then),
-# or it was kept (someone did) and rmmod frees it now that nobody does.
+# or it was kept (someone did) and went by itself once they let go.
 step_released() {
-	if ! grep -q '^raceblk ' /proc/modules; then
-		echo "raceblk was freed when its init failed: nobody held it"
-		return 0
+	if dmesg | grep -qF "reference(s) held it: kept until the last one is dropped"; then
+		echo "raceblk was kept: something held it when its init failed"
+		step_reaped
+		return
 	fi
-	echo "raceblk was kept: refcnt $(cat /sys/module/raceblk/refcnt 2>&1)"
-	step_kept && modctl_expect OK unload raceblk
+	if grep '^raceblk ' /proc/modules; then
+		echo "raceblk is still loaded, and was never said kept"
+		return 1
+	fi
+	echo "raceblk was freed when its init failed: nobody held it"
 }
 
 # log_init_refs: switch on the fixed kernel's log of references taken on
