@@ -551,23 +551,6 @@ step_released() {
 	echo "raceblk was freed when its init failed: nobody held it"
 }
 
-# log_init_refs: switch on the fixed kernel's log of references taken on
-# a module during its init (module.log_init_refs).
-step_log_init_refs() {
-	echo 1 > /sys/module/module/parameters/log_init_refs &&
-		echo "module.log_init_refs: $(cat /sys/module/module/parameters/log_init_refs)"
-}
-
-# init_refs_logged: the kernel logged a reference taken on raceblk during
-# its init, naming the caller.
-step_init_refs_logged() {
-	local lines
-
-	lines=$(dmesg | grep -F "raceblk: reference taken during its init by")
-	echo "${lines:-no reference to raceblk logged during its init}" | head -n 4
-	[ -n "$lines" ]
-}
-
 # initref=REF:ERRNO: initref.ko, whose init takes a reference on itself
 # through REF (self, firmware_nowait, misc_open), loads with ERRNO; once
 # loaded, it unloads again.
