@@ -193,7 +193,8 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 
 # --- driver ------------------------------------------------------------------
 # Built from a copy so the repository's driver/ never holds objects.
-INTREE_MODULES := drivers/scsi/scsi_debug.ko drivers/ata/ata_piix.ko drivers/scsi/sd_mod.ko
+INTREE_MODULES := drivers/scsi/scsi_debug.ko drivers/ata/ata_piix.ko drivers/scsi/sd_mod.ko \
+	fs/configfs/configfs.ko drivers/block/null_blk/null_blk.ko
 DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
 # A -debug or -kcsan variant also gets make soak's instances of raceblk (see
@@ -201,10 +202,21 @@ DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 SOAK_INSTANCES := 4
 soak_instances = $(if $(filter %-debug %-kcsan,$(1)),$(SOAK_INSTANCES))
 
-$(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
-	@mkdir -p $(@D)
+# The reproducer posting's module selftest: its test module is built with
+# the driver, its script goes to the guest's /lib/kselftest/module/.
+REPRO_SELFTEST := $(wildcard $(TREE)/repro/*-selftests-module-*.patch)
+SELFTEST_MODULE := lib/test_module_init_held.c
+SELFTEST_SCRIPT := tools/testing/selftests/module/init_fail_held.sh
+# new_file PATCH PATH: what PATCH writes to PATH, a file it creates.
+new_file = awk -v f='+++ b/$(2)' '$$0 == f { on = 1; next } on && /^@@/ { next } \
+	on && /^\+/ { print substr($$0, 2); next } on { exit }' $(1)
+
+$(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(REPRO_SELFTEST) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
+	@mkdir -p $(@D)/kselftest/module
 	@rm -f $(@D)/*.[ch] $(@D)/*.o $(@D)/*.ko
 	@cp $(DRIVER_SOURCES) $(@D)/
+	@$(call new_file,$(REPRO_SELFTEST),$(SELFTEST_MODULE)) > $(@D)/$(notdir $(SELFTEST_MODULE))
+	@$(call new_file,$(REPRO_SELFTEST),$(SELFTEST_SCRIPT)) > $(@D)/kselftest/module/$(notdir $(SELFTEST_SCRIPT))
 	@for i in $$(seq 0 $$(($(or $(call soak_instances,$*),0) - 1))); do \
 		echo '#include "main.c"' > $(@D)/raceblk_s$${i}_main.c; \
 		echo '#include "scsi.c"' > $(@D)/raceblk_s$${i}_scsi.c; \

@@ -154,13 +154,17 @@ MODULE_PARM_DESC(backend, "blk (default): a blk-mq disk; scsi: a SCSI host whose
 
 static bool g_free_disk;
 
-/* A bool as the others take their values: or EINVAL naming the parameter. */
+/*
+ * A bool, 0 or 1 and nothing else (kstrtobool() would take "010" for 0 and
+ * "yes" for 1), or EINVAL naming the parameter.
+ */
 static int raceblk_bool_set(const char *val, const struct kernel_param *kp)
 {
-	if (kstrtobool(val, kp->arg)) {
+	if (strcmp(val, "0") && strcmp(val, "1")) {
 		pr_err("%s=%s: must be 0 or 1\n", kp->name, val);
 		return -EINVAL;
 	}
+	*(bool *)kp->arg = val[0] == '1';
 	return 0;
 }
 

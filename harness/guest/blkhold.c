@@ -10,6 +10,12 @@
  *                        pread() LENGTH bytes at OFFSET of the held file
  *                        and write them to FILE      -> "read OK|EIO|..."
  *   close                close() the held file       -> "close OK|..."
+ *   await PATH MS [STOP] open PATH as soon as it can be opened, trying
+ *                        every millisecond while it does not exist yet or
+ *                        is not ready (ENXIO), for up to MS milliseconds or
+ *                        until the file STOP exists: a holder that must be
+ *                        there before a driver's init fails
+ *                                      -> "await OK|ENOENT|ETIMEDOUT"
  *   churn PATH MS [HOLD_MS [STOP]]
  *                        open PATH, read its start through the page cache
  *                        and again for 0 to HOLD_MS milliseconds (drawn;
@@ -26,6 +32,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -100,6 +107,31 @@ static long long now_ms(void)
 static void sleep_ms(long long ms)
 {
 	nanosleep(&(struct timespec){ .tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000 }, NULL);
+}
+
+/*
+ * Open @path the moment it can be: while it is not there yet, or is there
+ * but its disk is not ready (ENXIO), try again.  ENOENT once it was seen
+ * means it went away again, and so does @stop existing: give up then.
+ */
+static int do_await(const char *path, long long ms, const char *stop)
+{
+	long long deadline = now_ms() + ms;
+	bool seen = false;
+	int err;
+
+	for (;;) {
+		err = do_open(path);
+		if (err == ENXIO)
+			seen = true;
+		else if (err != ENOENT || seen)
+			return err;
+		if (*stop && !access(stop, F_OK))
+			return ENOENT;
+		if (now_ms() >= deadline)
+			return ETIMEDOUT;
+		sleep_ms(1);
+	}
 }
 
 /* A hold drawn from 0 to @max_ms milliseconds (none when @max_ms <= 0). */
@@ -271,6 +303,8 @@ int main(int argc, char **argv)
 		else if ((n = sscanf(line, "churn %4095s %lld %lld %4095s", path, &offset, &hold,
 				     stop)) >= 2)
 			do_churn(path, offset, n >= 3 ? hold : 0, n == 4 ? stop : "");
+		else if ((n = sscanf(line, "await %4095s %lld %4095s", path, &hold, stop)) >= 2)
+			answer("await", do_await(path, hold, n == 3 ? stop : ""));
 		else if (!strcmp(line, "close\n"))
 			answer("close", held < 0 ? EBADF : do_close());
 		else

@@ -562,6 +562,75 @@ step_initref() {
 	[ "$expected" != OK ] || modctl_expect OK unload initref
 }
 
+# --- null_blk: the race with an upstream driver --------------------------
+
+NULLB_KO=/lib/modules/null_blk.ko
+# Two devices, a queue each, whose I/O a timer completes 0.2 s after it
+# was queued: the partition scan in add_disk() keeps nullb0 busy long
+# enough for a holder to open it before the second device fails.
+NULLB_PARAMS="nr_devices=2 submit_queues=1 poll_queues=0 irqmode=2 completion_nsec=200000000"
+NULLB_TRIES=20
+
+# nullb_catch FAULT: one load of null_blk (NULLB_PARAMS, init_hctx=FAULT)
+# while a new blkhold opens nullb0 the moment it appears: LOAD is the
+# load's answer, HELD blkhold's ("await OK": it holds nullb0).
+nullb_catch() {
+	rm -f /tmp/nullb.loaded
+	holder_start
+	holder_send await /dev/nullb0 30000 /tmp/nullb.loaded
+	# shellcheck disable=SC2086 # NULLB_PARAMS is a word list
+	LOAD=$(or_died modctl "$(modctl load "$NULLB_KO" $NULLB_PARAMS "init_hctx=$1")")
+	: > /tmp/nullb.loaded
+	HELD=$(holder_answer)
+}
+
+# nullb_held=FAULT:ERRNO:CLOSE: load the in-tree null_blk with two devices
+# and its init_hctx= fault injection set to FAULT (null_blk's commas) while
+# a holder opens nullb0 the moment it appears and keeps it open: the second
+# device fails, and null_init() fails with ERRNO and tears nullb0 down under
+# the holder.  A load the holder did not catch so (the fault hit nullb0, the
+# teardown came first, both devices came up) is tried again, up to
+# NULLB_TRIES loads: 6.12 draws the failing device at random.  Then the
+# holder closes nullb0: CLOSE is OK, or died (the close ran into the freed
+# module).
+step_nullb_held() {
+	local fault=${1%%:*} errno=${1#*:} close n=0
+
+	close=${errno#*:} errno=${errno%%:*}
+	# null_blk needs configfs, a module here unless built in.
+	[ ! -f /lib/modules/configfs.ko ] || modctl_expect OK load /lib/modules/configfs.ko || return 1
+	while [ "$n" -lt "$NULLB_TRIES" ]; do
+		n=$((n + 1))
+		nullb_catch "$fault"
+		echo "load $n: $LOAD; blkhold: $HELD"
+		[ "$LOAD" != died ] || return 1
+		[ "$LOAD" != OK ] || { holder_stop && modctl_expect OK unload null_blk; } || return 1
+		[ "$LOAD" = OK ] || [ "$HELD" != "await OK" ] || break
+	done
+	echo "caught in load $n of $NULLB_TRIES, expected $errno"
+	[ "$LOAD" = "$errno" ] && [ "$HELD" = "await OK" ] || return 1
+	expect_answer close "$close" "$(holder_ask close)"
+}
+
+# --- the module selftest of the reproducer posting -------------------------
+
+# kselftest=TEST:RESULTS: run /lib/kselftest/TEST (a selftest of the
+# reproducer posting, kernel-patches/TREE/repro/) with its test module from
+# /lib/modules: RESULTS are its TAP results in order, "ok" or "not_ok",
+# joined by commas.  A test an oops killed ends its results there.
+step_kselftest() {
+	local test=${1%%:*} expected=${1#*:} pid got
+
+	TEST_MODULE_INIT_HELD_KO=/lib/modules/test_module_init_held.ko \
+		sh "/lib/kselftest/$test" > /tmp/kselftest.out 2>&1 &
+	pid=$!
+	SETTLE_SECONDS=90 settle "$pid" sh || true
+	sed 's/^/kselftest: /' /tmp/kselftest.out
+	got=$(sed -n 's/^\(not ok\|ok\) [0-9].*/\1/p' /tmp/kselftest.out | tr ' ' _ | paste -s -d ,)
+	echo "$test: ${got:-no results}${SETTLED:+ ($SETTLED)}, expected $expected"
+	[ "$got" = "$expected" ]
+}
+
 # --- other loads while raceblk's init runs -----------------------------------
 
 # bg_command TAG: what background load TAG runs (modctl's arguments).
@@ -954,16 +1023,39 @@ holder_watch() {
 	[ -e /tmp/hold.answered ] || echo "$why" > /tmp/hold.ans
 }
 
-# holder_ask COMMAND: send COMMAND to blkhold, print its answer, or its fate
-# (see fate) when it has none in 20 s: "died" when it is gone or an oops
-# killed it (it may then hang in its exit, keeping the answer pipe open, so
-# the kernel log tells), "hung in FUNCTION" when it waits there for good.
-# One blocking read per answer, never a timed one: busybox's read -t can
-# give up after consuming part of a line, and that part is lost.
-holder_ask() {
+# holder_start: a blkhold of its own (HELD_PID), commanded on fd 5 and
+# answering on fd 6; one started before is told to end (end of input).
+holder_start() {
+	exec 5>&- 6<&-
+	rm -f /tmp/hold.cmd /tmp/hold.ans
+	mkfifo /tmp/hold.cmd /tmp/hold.ans
+	blkhold < /tmp/hold.cmd > /tmp/hold.ans &
+	HELD_PID=$!
+	exec 5> /tmp/hold.cmd 6< /tmp/hold.ans
+}
+
+# holder_stop: the blkhold of holder_start ends (end of its input) and
+# closes what it held.
+holder_stop() {
+	exec 5>&- 6<&-
+	settle "$HELD_PID" blkhold
+}
+
+# holder_send COMMAND: send COMMAND to blkhold, whose answer holder_answer
+# reads.
+holder_send() {
+	echo "$*" >&5 2>/dev/null
+}
+
+# holder_answer: blkhold's answer, or its fate (see fate) when it has none
+# in 20 s: "died" when it is gone or an oops killed it (it may then hang in
+# its exit, keeping the answer pipe open, so the kernel log tells), "hung
+# in FUNCTION" when it waits there for good.  One blocking read per
+# answer, never a timed one: busybox's read -t can give up after consuming
+# part of a line, and that part is lost.
+holder_answer() {
 	local answer watcher
 
-	echo "$*" >&5 2>/dev/null || { echo died; return; }
 	rm -f /tmp/hold.answered
 	holder_watch "$HELD_PID" &
 	watcher=$!
@@ -971,6 +1063,13 @@ holder_ask() {
 	: > /tmp/hold.answered
 	wait "$watcher" 2>/dev/null
 	echo "$answer"
+}
+
+# holder_ask COMMAND: send COMMAND to blkhold and print its answer (see
+# holder_answer).
+holder_ask() {
+	holder_send "$@" || { echo died; return; }
+	holder_answer
 }
 
 # expect_answer STEP EXPECTED ANSWER: compare blkhold's answer (or fate).
@@ -986,11 +1085,7 @@ step_holder_open() {
 
 	dev=$(device_of "${1%%:*}")
 	[ "${1%%:*}" = "$1" ] || expected=${1#*:}
-	rm -f /tmp/hold.cmd /tmp/hold.ans
-	mkfifo /tmp/hold.cmd /tmp/hold.ans
-	blkhold < /tmp/hold.cmd > /tmp/hold.ans &
-	HELD_PID=$!
-	exec 5> /tmp/hold.cmd 6< /tmp/hold.ans
+	holder_start
 	HELD_DEV=$dev
 	# Partition number for the checksum table: 0 is the whole disk.
 	HELD_NR=0
