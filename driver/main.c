@@ -634,7 +634,8 @@ static struct block_device *raceblk_open_disk(struct gendisk *disk,
  * fput() would from a task: by then a failed init has been decided, and
  * the pending release's module reference would count as a holder (fixed
  * keeps the module) or run after the module is freed (vanilla).  The
- * partition scan's fix, kernel-patches/6.12/scan/, does the same.
+ * partition scan's fix, the first patch of kernel-patches/6.12/block/,
+ * does the same.
  */
 static void raceblk_close_disk(struct raceblk_opened *opened)
 {
