@@ -15,7 +15,18 @@
  *   firmware_nowait   request_firmware_nowait(THIS_MODULE, ...) from init,
  *                     as some 50 drivers do from a probe run in their init
  *   misc_open         open the misc device init has just registered, as a
- *                     driver whose device node is opened during its init
+ *                     driver whose device node is opened during its init;
+ *                     its close is deferred (fput()) to the loader's
+ *                     return to user space
+ *   work              hand a reference to a work item that drops it
+ *                     hold_ms later, as a driver deferring part of its
+ *                     setup does
+ *   timer             the same with a timer
+ *   leak              take a reference on itself and never drop it (a bug)
+ *
+ * fail=1 fails init with -EIO once the reference is taken: the reference
+ * outlives the failed init (work, timer, misc_open), or is never dropped
+ * (leak, self's put notwithstanding: self drops it before failing).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -25,6 +36,9 @@
 #include <linux/miscdevice.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/slab.h>
+#include <linux/timer.h>
+#include <linux/workqueue.h>
 
 static char *g_ref = "self";
 module_param_named(ref, g_ref, charp, 0444);
@@ -33,6 +47,14 @@ MODULE_PARM_DESC(ref, "How init takes a reference on its own module: self, firmw
 static char *g_firmware = "raceblk/mbr-primary.img";
 module_param_named(firmware, g_firmware, charp, 0444);
 MODULE_PARM_DESC(firmware, "File ref=firmware_nowait requests. Default: raceblk/mbr-primary.img");
+
+static bool g_fail;
+module_param_named(fail, g_fail, bool, 0444);
+MODULE_PARM_DESC(fail, "Fail init with -EIO once the reference is taken. Default: 0");
+
+static unsigned int g_hold_ms = 3000;
+module_param_named(hold_ms, g_hold_ms, uint, 0444);
+MODULE_PARM_DESC(hold_ms, "How long ref=work and ref=timer keep their reference, in ms. Default: 3000");
 
 static const struct file_operations initref_fops = {
 	.owner	= THIS_MODULE,
@@ -87,6 +109,69 @@ static int initref_misc_open(void)
 	return filp_close(file, NULL);
 }
 
+/*
+ * ref=work and ref=timer: the work item or timer is allocated, so that on a
+ * kernel that frees the failed module only its code is gone (a fault in the
+ * task that runs it, not in the timer interrupt walking a freed timer).
+ * Its last instructions after module_put() still run in this module: the
+ * put is the caller's last use of it, as in any driver doing the same
+ * (kthreads have module_put_and_kthread_exit() for that window).
+ */
+struct initref_work {
+	struct delayed_work dwork;
+};
+
+static void initref_work_done(struct work_struct *work)
+{
+	kfree(container_of(to_delayed_work(work), struct initref_work, dwork));
+	pr_info("ref=work: the work item drops its reference\n");
+	module_put(THIS_MODULE);
+}
+
+static int initref_work(void)
+{
+	struct initref_work *w = kzalloc(sizeof(*w), GFP_KERNEL);
+
+	if (!w)
+		return -ENOMEM;
+	INIT_DELAYED_WORK(&w->dwork, initref_work_done);
+	__module_get(THIS_MODULE);
+	schedule_delayed_work(&w->dwork, msecs_to_jiffies(g_hold_ms));
+	return 0;
+}
+
+struct initref_timer {
+	struct timer_list timer;
+};
+
+static void initref_timer_done(struct timer_list *t)
+{
+	struct initref_timer *it = from_timer(it, t, timer);
+
+	kfree(it);
+	pr_info("ref=timer: the timer drops its reference\n");
+	module_put(THIS_MODULE);
+}
+
+static int initref_timer(void)
+{
+	struct initref_timer *t = kzalloc(sizeof(*t), GFP_KERNEL);
+
+	if (!t)
+		return -ENOMEM;
+	timer_setup(&t->timer, initref_timer_done, 0);
+	__module_get(THIS_MODULE);
+	mod_timer(&t->timer, jiffies + msecs_to_jiffies(g_hold_ms));
+	return 0;
+}
+
+/* A bug: the reference is never dropped. */
+static int initref_leak(void)
+{
+	__module_get(THIS_MODULE);
+	return 0;
+}
+
 /* The cases, by the name ref= gives. */
 static const struct {
 	const char *name;
@@ -95,6 +180,9 @@ static const struct {
 	{ "self",		initref_self },
 	{ "firmware_nowait",	initref_firmware_nowait },
 	{ "misc_open",		initref_misc_open },
+	{ "work",		initref_work },
+	{ "timer",		initref_timer },
+	{ "leak",		initref_leak },
 };
 
 static int __init initref_init(void)
@@ -109,6 +197,11 @@ static int __init initref_init(void)
 		return -EINVAL;
 	}
 
+	if (initref_cases[i].take == initref_leak && !g_fail) {
+		pr_err("ref=leak: only with fail=1 (the module could never be unloaded)\n");
+		return -EINVAL;
+	}
+
 	err = misc_register(&initref_misc);
 	if (err)
 		return err;
@@ -119,7 +212,11 @@ static int __init initref_init(void)
 		return err;
 	}
 	pr_info("ref=%s during init: OK\n", g_ref);
-	return 0;
+	if (!g_fail)
+		return 0;
+	pr_info("ref=%s: init fails with -EIO\n", g_ref);
+	misc_deregister(&initref_misc);
+	return -EIO;
 }
 
 static void __exit initref_exit(void)

@@ -453,6 +453,12 @@ step_unload_mod() {
 	modctl_expect "${1#*:}" unload "${1%%:*}"
 }
 
+# force_unload_mod=MODULE:ERRNO: delete_module(MODULE, O_NONBLOCK|O_TRUNC)
+# (rmmod --force) gives ERRNO.
+step_force_unload_mod() {
+	modctl_expect "${1#*:}" unload "${1%%:*}" force
+}
+
 # sd_attached: raceblk backend=scsi scanned its host during init and sd
 # bound to its LUN before init went on (raceblk logs which).
 step_sd_attached() {
@@ -476,24 +482,24 @@ step_refused() {
 	[ -n "$line" ]
 }
 
-# raceblk_marked STATE FLAGS INITSTATE ATTR LINE...: raceblk is still
-# loaded after its failed init: /proc/modules shows it in STATE with flags
-# ending in FLAGS, /sys/module/raceblk says INITSTATE and ATTR 1, and the
-# log has each "raceblk: LINE...".
-raceblk_marked() {
-	local state=$1 flags=$2 initstate_wanted=$3 attr=$4 line found proc initstate flag status=0
+# module_marked MODULE STATE FLAGS INITSTATE ATTR LINE...: MODULE is listed
+# as STATE with FLAGS (its /proc/modules flags end so), its initstate is
+# INITSTATE, /sys/module/MODULE/ATTR reads 1, and the log has each LINE
+# after "MODULE: ".
+module_marked() {
+	local module=$1 state=$2 flags=$3 initstate_wanted=$4 attr=$5 line found proc initstate flag status=0
 
-	shift 4
+	shift 5
 	for line in "$@"; do
-		found=$(dmesg | grep -F "raceblk: $line" | head -n 1)
-		echo "log: ${found:-no line \"raceblk: $line\"}"
+		found=$(dmesg | grep -F "$module: $line" | head -n 1)
+		echo "log: ${found:-no line \"$module: $line\"}"
 		[ -n "$found" ] || status=1
 	done
-	proc=$(grep '^raceblk ' /proc/modules)
-	initstate=$(cat /sys/module/raceblk/initstate 2>&1)
-	flag=$(cat "/sys/module/raceblk/$attr" 2>&1)
-	echo "/proc/modules: ${proc:-no raceblk}"
-	echo "/sys/module/raceblk: initstate $initstate, $attr $flag"
+	proc=$(grep "^$module " /proc/modules)
+	initstate=$(cat "/sys/module/$module/initstate" 2>&1)
+	flag=$(cat "/sys/module/$module/$attr" 2>&1)
+	echo "/proc/modules: ${proc:-no $module}"
+	echo "/sys/module/$module: initstate $initstate, $attr $flag"
 	case $proc in *" $state "*"$flags)") ;; *) status=1 ;; esac
 	[ "$initstate" = "$initstate_wanted" ] || status=1
 	[ "$flag" = 1 ] || status=1
@@ -503,43 +509,54 @@ raceblk_marked() {
 # stuck: raceblk's init failed after it was made live (rusty), so it is
 # kept for good: logged as unsafe and stuck, Live with the "!" flag.
 step_stuck() {
-	raceblk_marked Live '!' live unsafe \
+	module_marked raceblk Live '!' live unsafe \
 		"cannot be unloaded due to unsafe usage" "module is now stuck"
 }
 
-# kept: raceblk's init failed while something held it (fixed), so it is
-# kept until the last holder lets go: logged, Unloading with the "!" flag,
-# /sys/module/raceblk/kept 1.
-step_kept() {
-	raceblk_marked Unloading '!-' going kept "init failed with" \
+# mod_kept=MODULE: MODULE's init failed while something held it (fixed),
+# so it is kept until the last holder lets go: logged, Unloading with the
+# "!" flag, /sys/module/MODULE/kept 1.
+step_mod_kept() {
+	module_marked "$1" Unloading '!-' going kept "init failed with" \
 		"reference(s) held it: kept until the last one is dropped"
 }
 
-# reaped: raceblk, kept after its failed init, leaves /proc/modules by
-# itself (no rmmod) within 10 s of its last holder letting go, as the log
-# says.
-step_reaped() {
+# kept: mod_kept=raceblk.
+step_kept() {
+	step_mod_kept raceblk
+}
+
+# mod_reaped=MODULE: MODULE, kept after its failed init, leaves
+# /proc/modules by itself (no rmmod) within 10 s of this step, as the log
+# says it does once its last holder lets go.
+step_mod_reaped() {
 	local waited=0 line
 
-	while grep -q '^raceblk ' /proc/modules; do
+	while grep -q "^$1 " /proc/modules; do
 		if [ "$waited" -ge 10000 ]; then
-			echo "raceblk still in /proc/modules 10 s after its last holder let go"
-			grep '^raceblk ' /proc/modules
+			echo "$1 still in /proc/modules after 10 s"
+			grep "^$1 " /proc/modules
 			return 1
 		fi
 		sleep 0.05
 		waited=$((waited + 50))
 	done
-	line=$(dmesg | grep -F "raceblk: its last holder let go: freeing it" | tail -n 1)
-	echo "raceblk left /proc/modules without rmmod, within ${waited} ms"
-	echo "log: ${line:-no line \"raceblk: its last holder let go: freeing it\"}"
+	line=$(dmesg | grep -F "$1: its last holder let go: freeing it" | tail -n 1)
+	echo "$1 left /proc/modules without rmmod, within ${waited} ms"
+	echo "log: ${line:-no line \"$1: its last holder let go: freeing it\"}"
 	[ -n "$line" ]
+}
+
+# reaped: mod_reaped=raceblk.
+step_reaped() {
+	step_mod_reaped raceblk
 }
 
 # released: raceblk was freed when its init failed (nobody held it then),
 # or it was kept (someone did) and went by itself once they let go.
 step_released() {
-	if dmesg | grep -qF "reference(s) held it: kept until the last one is dropped"; then
+	if dmesg | grep -F "raceblk: init failed with" |
+		grep -qF "reference(s) held it: kept until the last one is dropped"; then
 		echo "raceblk was kept: something held it when its init failed"
 		step_reaped
 		return
@@ -549,6 +566,35 @@ step_released() {
 		return 1
 	fi
 	echo "raceblk was freed when its init failed: nobody held it"
+}
+
+# initref_fail=REF:ERRNO: initref.ko with ref=REF and fail=1 takes a
+# reference on itself through REF (see driver/initref.c), then fails its
+# init: the load gives ERRNO.
+step_initref_fail() {
+	modctl_expect "${1#*:}" load /lib/modules/initref.ko "ref=${1%%:*}" fail=1
+}
+
+# oops_in COMM: an oops killed a task whose name starts with COMM.
+oops_in() {
+	dmesg | grep -A 1 '\[#[0-9][0-9]*\]' | grep "Comm: $1" | head -n 1
+}
+
+# oops_seen: oops_in OOPS_COMM found one.
+oops_seen() {
+	[ -n "$(oops_in "$OOPS_COMM")" ]
+}
+
+# oopsed=COMM:SECONDS: within SECONDS, an oops kills a task whose name
+# starts with COMM (a kworker running a freed module's work function).
+step_oopsed() {
+	local line
+
+	OOPS_COMM=${1%%:*}
+	poll "${1#*:}" oops_seen || true
+	line=$(oops_in "$OOPS_COMM")
+	echo "oops: ${line:-none in a task named $OOPS_COMM* within ${1#*:} s}"
+	[ -n "$line" ]
 }
 
 # initref=REF:ERRNO: initref.ko, whose init takes a reference on itself
@@ -792,6 +838,7 @@ step_kernel_tainted() {
 	mask=$(cat /proc/sys/kernel/tainted)
 	case $1 in
 	F) bit=2 ;;
+	R) bit=128 ;;
 	O) bit=4096 ;;
 	*) echo "unknown taint $1"; return 1 ;;
 	esac
