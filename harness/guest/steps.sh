@@ -568,6 +568,16 @@ step_released() {
 	echo "raceblk was freed when its init failed: nobody held it"
 }
 
+# free_disk_called: raceblk's ->free_disk (free_disk=1) freed the driver's
+# data, as the disk's last put calls it.
+step_free_disk_called() {
+	local want="$DISK: ->free_disk: freeing the driver's data" line
+
+	line=$(dmesg | grep -F "$want" | tail -n 1)
+	echo "log: ${line:-no line \"$want\"}"
+	[ -n "$line" ]
+}
+
 # initref_fail=REF:ERRNO: initref.ko with ref=REF and fail=1 takes a
 # reference on itself through REF (see driver/initref.c), then fails its
 # init: the load gives ERRNO.
