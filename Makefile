@@ -87,7 +87,7 @@ IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 
 .PHONY: all deps deps-check check kernel kernels driver images initramfs test race-demo bench soak \
-	images-check series-check series-tree clean distclean
+	images-check series-check series-export series-tree clean distclean
 all: initramfs
 
 # install_missing PACKAGES: install those not installed (as root), or name them.
@@ -381,6 +381,11 @@ race-demo: deps
 series-check: deps
 	@kernel-patches/series-check
 
+# The postings (block, module, repro) as patches to send, signed by whoever
+# runs it (git config user.name and user.email): build/KERNEL/series-export/.
+series-export: deps
+	@kernel-patches/series-export
+
 # A git tree with the series as commits, to edit the patches.
 series-tree: deps
 	@kernel-patches/series-check --tree-only
@@ -391,7 +396,8 @@ series-tree: deps
 # runner's self-tests against a fake QEMU (harness/selftest.py).
 SHELL_SCRIPTS := .ci/run harness/bench harness/mkinitramfs harness/progress \
 	harness/lint-workflow images/mkimage images/parted-table images/sums \
-	kernel-patches/config/check kernel-patches/kernel-cache kernel-patches/series-check
+	kernel-patches/config/check kernel-patches/kernel-cache kernel-patches/series-check \
+	kernel-patches/series-export kernel-patches/series-lib
 GUEST_SCRIPTS := harness/guest/init $(wildcard harness/guest/*.sh)
 PYTHON := harness/run harness/race-demo harness/soak $(wildcard harness/*.py)
 
@@ -408,7 +414,7 @@ $(KUNIT_TOOL)/kunit_parser.py: $(KERNEL_TARBALL)
 check: deps-check
 	@$(MAKE) --no-print-directory $(KUNIT_TOOL)/kunit_parser.py
 	@echo "  CHECK   shellcheck"
-	@shellcheck $(SHELL_SCRIPTS)
+	@shellcheck -x $(SHELL_SCRIPTS)
 	@shellcheck -s dash $(GUEST_SCRIPTS)
 	@echo "  CHECK   python"
 	@for f in $(PYTHON); do python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' $$f; done
