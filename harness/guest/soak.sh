@@ -13,11 +13,12 @@
 # and keeps it open until the load has returned, then reads and closes it:
 # the 2003 race made certain (on vanilla the close runs into the freed
 # module).  A cycle expects the load to give OK (fail_at=none) or EIO.  A module that fixed
-# keeps because an opener held it when init failed is still there when
+# keeps because an opener held it when init failed may still be there when
 # the next cycle starts; that cycle uses the next instance, so it does not
 # wait.  When the ring of instances comes back to it, four cycles later,
-# its openers are done (5 s at most is waited for each): it must unload
-# (OK), and its disk be gone.
+# its openers are done (5 s at most is waited for each): a kept module
+# must have gone by itself (5 s at most), a loaded one unload (OK), and
+# its disk be gone.
 #
 # With faults, each cycle holds init at alloc or after add_disk(), aims
 # failures at what follows and releases it: failslab on the loading task's
@@ -74,6 +75,13 @@ soak_reclaim() {
 	done < "/tmp/soak.$inst.pids"
 	: > "/tmp/soak.$inst.pids"
 	poll 5 probers_settled || true
+	# Kept after its init failed (fixed): now that its openers are done,
+	# it goes by itself, without rmmod.
+	if [ "$(cat "/sys/module/$inst/initstate" 2>/dev/null)" = going ] &&
+		! poll 5 module_gone "$inst"; then
+		echo "$inst: kept, and still there 5 s after its openers were done ($(grep "^$inst " /proc/modules))"
+		return 1
+	fi
 	if [ -d "/sys/module/$inst" ]; then
 		got=$(modctl unload "$inst")
 		# The rmmod loop may have freed it, or be freeing it, meanwhile.
