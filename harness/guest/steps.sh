@@ -625,7 +625,7 @@ NULLB_KO=/lib/modules/null_blk.ko
 # was queued: the partition scan in add_disk() keeps nullb0 busy long
 # enough for a holder to open it before the second device fails.
 NULLB_PARAMS="nr_devices=2 submit_queues=1 poll_queues=0 irqmode=2 completion_nsec=200000000"
-NULLB_TRIES=20
+NULLB_TRIES=40
 
 # nullb_catch FAULT: one load of null_blk (NULLB_PARAMS, init_hctx=FAULT)
 # while a new blkhold opens nullb0 the moment it appears: LOAD is the
@@ -646,9 +646,9 @@ nullb_catch() {
 # device fails, and null_init() fails with ERRNO and tears nullb0 down under
 # the holder.  A load the holder did not catch so (the fault hit nullb0, the
 # teardown came first, both devices came up) is tried again, up to
-# NULLB_TRIES loads: 6.12 draws the failing device at random.  Then the
-# holder closes nullb0: CLOSE is OK, or died (the close ran into the freed
-# module).
+# NULLB_TRIES loads: 6.12 draws the failing device at random (a load fails
+# on nullb1 alone one time in four).  Then the holder closes nullb0: CLOSE
+# is OK, died (the close ran into the freed module) or hung.
 step_nullb_held() {
 	local fault=${1%%:*} errno=${1#*:} close n=0
 
@@ -659,11 +659,13 @@ step_nullb_held() {
 		n=$((n + 1))
 		nullb_catch "$fault"
 		echo "load $n: $LOAD; blkhold: $HELD"
-		[ "$LOAD" != died ] || return 1
+		# 6.12's vanilla loader oopses at its return (the scan's late
+		# release), held or not.
+		[ "$LOAD" != died ] || break
 		[ "$LOAD" != OK ] || { holder_stop && modctl_expect OK unload null_blk; } || return 1
 		[ "$LOAD" = OK ] || [ "$HELD" != "await OK" ] || break
 	done
-	echo "caught in load $n of $NULLB_TRIES, expected $errno"
+	echo "load $n of at most $NULLB_TRIES: $LOAD, expected $errno"
 	[ "$LOAD" = "$errno" ] && [ "$HELD" = "await OK" ] || return 1
 	expect_answer close "$close" "$(holder_ask close)"
 }
