@@ -654,14 +654,18 @@ step_nullb_held() {
 
 	close=${errno#*:} errno=${errno%%:*}
 	# null_blk needs configfs, a module here unless built in.
-	[ ! -f /lib/modules/configfs.ko ] || modctl_expect OK load /lib/modules/configfs.ko || return 1
+	case $(modctl load /lib/modules/configfs.ko 2>/dev/null) in
+	OK | EEXIST | ENOENT) ;; # loaded now or before, or built in
+	*) echo "configfs.ko does not load"; return 1 ;;
+	esac
 	while [ "$n" -lt "$NULLB_TRIES" ]; do
 		n=$((n + 1))
 		nullb_catch "$fault"
 		echo "load $n: $LOAD; blkhold: $HELD"
 		# 6.12's vanilla loader oopses at its return (the scan's late
-		# release), held or not.
+		# release), held or not; a holder that died or hung is done.
 		[ "$LOAD" != died ] || break
+		case $HELD in died | hung*) break ;; esac
 		[ "$LOAD" != OK ] || { holder_stop && modctl_expect OK unload null_blk; } || return 1
 		[ "$LOAD" = OK ] || [ "$HELD" != "await OK" ] || break
 	done
@@ -683,6 +687,10 @@ step_kselftest() {
 		sh "/lib/kselftest/$test" > /tmp/kselftest.out 2>&1 &
 	pid=$!
 	SETTLE_SECONDS=90 settle "$pid" sh || true
+	# Still running: its holder would hold the test module for the steps
+	# after.
+	# shellcheck disable=SC2046 # pgrep's list of PIDs
+	[ -z "$SETTLED" ] || kill $(pgrep -P "$pid") "$pid" 2>/dev/null
 	sed 's/^/kselftest: /' /tmp/kselftest.out
 	got=$(sed -n 's/^\(not ok\|ok\) [0-9].*/\1/p' /tmp/kselftest.out | tr ' ' _ | paste -s -d ,)
 	echo "$test: ${got:-no results}${SETTLED:+ ($SETTLED)}, expected $expected"
@@ -1083,9 +1091,9 @@ holder_watch() {
 }
 
 # holder_start: a blkhold of its own (HELD_PID), commanded on fd 5 and
-# answering on fd 6; one started before is told to end (end of input).
+# answering on fd 6; one started before is told to end (holder_stop).
 holder_start() {
-	exec 5>&- 6<&-
+	[ -z "${HELD_PID:-}" ] || holder_stop || true
 	rm -f /tmp/hold.cmd /tmp/hold.ans
 	mkfifo /tmp/hold.cmd /tmp/hold.ans
 	blkhold < /tmp/hold.cmd > /tmp/hold.ans &
@@ -1098,6 +1106,7 @@ holder_start() {
 holder_stop() {
 	exec 5>&- 6<&-
 	settle "$HELD_PID" blkhold
+	HELD_PID=
 }
 
 # holder_send COMMAND: send COMMAND to blkhold, whose answer holder_answer
