@@ -482,17 +482,17 @@ step_refused() {
 	[ -n "$line" ]
 }
 
-# module_marked MODULE STATE FLAGS INITSTATE ATTR LINE...: MODULE is listed
+# module_marked MODULE STATE FLAGS INITSTATE ATTR TEXT...: MODULE is listed
 # as STATE with FLAGS (its /proc/modules flags end so), its initstate is
-# INITSTATE, /sys/module/MODULE/ATTR reads 1, and the log has each LINE
-# after "MODULE: ".
+# INITSTATE, /sys/module/MODULE/ATTR reads 1, and for each TEXT the log has
+# a line of MODULE's ("MODULE: ...") with TEXT in it.
 module_marked() {
 	local module=$1 state=$2 flags=$3 initstate_wanted=$4 attr=$5 line found proc initstate flag status=0
 
 	shift 5
 	for line in "$@"; do
-		found=$(dmesg | grep -F "$module: $line" | head -n 1)
-		echo "log: ${found:-no line \"$module: $line\"}"
+		found=$(dmesg | grep -F "] $module: " | grep -F "$line" | head -n 1)
+		echo "log: ${found:-no line \"$module: ...$line...\"}"
 		[ -n "$found" ] || status=1
 	done
 	proc=$(grep "^$module " /proc/modules)
@@ -576,6 +576,13 @@ step_free_disk_called() {
 	line=$(dmesg | grep -F "$want" | tail -n 1)
 	echo "log: ${line:-no line \"$want\"}"
 	[ -n "$line" ]
+}
+
+# reload=ERRNO: raceblk loads again with nothing but the row's image
+# (no failure point, no hold) with ERRNO, and when loaded unloads again.
+step_reload() {
+	modctl_expect "$1" load "$KO" "image=raceblk/$IMAGE.img" || return 1
+	[ "$1" != OK ] || modctl_expect OK unload raceblk
 }
 
 # initref_fail=REF:ERRNO: initref.ko with ref=REF and fail=1 takes a
@@ -858,7 +865,7 @@ step_kernel_tainted() {
 	mask=$(cat /proc/sys/kernel/tainted)
 	case $1 in
 	F) bit=2 ;;
-	R) bit=128 ;;
+	R) bit=8 ;;
 	O) bit=4096 ;;
 	*) echo "unknown taint $1"; return 1 ;;
 	esac
