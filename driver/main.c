@@ -491,15 +491,21 @@ static bool g_disk_owns_dev;
  * put.  The block layer calls this from disk_release(), in this module:
  * unless raceblk put the disk itself (from its init's error path or its
  * exit), whoever put it last must still hold a reference on raceblk, or
- * the module may be gone under this very call.
+ * the module may be gone under this very call.  Then nothing that follows
+ * is safe, returning included: the task stops here.  BUG(), not WARN():
+ * a module being freed may already be off the list that report_bug()
+ * searches, and the WARN would become an "invalid opcode" oops or not
+ * depending on timing; the message before it is what a test looks for.
  */
 static void raceblk_disk_free(struct gendisk *disk)
 {
 	struct raceblk_dev *dev = disk->private_data;
 
-	WARN(!READ_ONCE(g_putting_own_disk) && module_refcount(THIS_MODULE) < 1,
-	     "%s: ->free_disk called by one who no longer holds %s\n",
-	     disk->disk_name, KBUILD_MODNAME);
+	if (!READ_ONCE(g_putting_own_disk) && module_refcount(THIS_MODULE) < 1) {
+		pr_err("%s: ->free_disk called by one who no longer holds %s\n",
+		       disk->disk_name, KBUILD_MODNAME);
+		BUG();
+	}
 	pr_info("%s: ->free_disk: freeing the driver's data\n", disk->disk_name);
 	vfree(dev->data);
 	kfree(dev);
