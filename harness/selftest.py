@@ -722,6 +722,12 @@ class GuestSteps(unittest.TestCase):
 		self.assertEqual(self.settle('sleep 60', self.OOPS.format('$pid')), ['255:died'])
 		self.assertLess(time.monotonic() - start, 10)
 
+	def test_oops_with_another_cpus_line_in_between_killed_its_task(self):
+		# 6.12: a dependant's failed load logged between the header and
+		# the task's line.
+		oops = self.OOPS.replace('\\nCPU:', '\\nraceblk_user: Unknown symbol raceblk_stage_point (err -2)\\nCPU:')
+		self.assertEqual(self.settle('sleep 60', oops.format('$pid')), ['255:died'])
+
 	def test_oops_of_another_task_of_that_name_is_not_its_own(self):
 		self.assertEqual(self.settle('sleep 0.3', self.OOPS.format('1$pid')), ['0:'])
 

@@ -29,13 +29,22 @@ poll() {
 	done
 }
 
+# oopsed_tasks: the "CPU: 0 PID: N Comm: COMM" line of each oops, the
+# first such line within three after its header ("Oops: 0000 [#1]"): a
+# line another CPU logged meanwhile may come between (6.12's failed
+# dependant load, "Unknown symbol", did).  A WARNING or a KASAN report
+# prints the same line but lets the task go on.
+oopsed_tasks() {
+	dmesg | awk '/\[#[0-9]+\]/ { n = 4; next }
+		     n > 0 && /Comm: / { print; n = 0; next }
+		     { if (n > 0) n-- }'
+}
+
 # killed_by_oops COMM [PID]: the kernel oopsed in a task named COMM (with
-# that PID): its "CPU: 0 PID: N Comm: COMM" line right after an oops
-# header ("Oops: 0000 [#1]").  A WARNING or a KASAN report prints the same
-# line but lets the task go on.  A task an oops killed may hang in its
-# exit forever, so its exit cannot be waited for.
+# that PID).  A task an oops killed may hang in its exit forever, so its
+# exit cannot be waited for.
 killed_by_oops() {
-	dmesg | grep -A 1 '\[#[0-9][0-9]*\]' | grep -q "${2:+PID: $2 }Comm: $1 "
+	oopsed_tasks | grep -q "${2:+PID: $2 }Comm: $1 "
 }
 
 # task_state PID: PID's state letter from /proc/PID/stat (R, S, D, Z...),
@@ -599,7 +608,7 @@ step_initref_fail() {
 
 # oops_in COMM: an oops killed a task whose name starts with COMM.
 oops_in() {
-	dmesg | grep -A 1 '\[#[0-9][0-9]*\]' | grep "Comm: $1" | head -n 1
+	oopsed_tasks | grep "Comm: $1" | head -n 1
 }
 
 # oops_seen: oops_in OOPS_COMM found one.
