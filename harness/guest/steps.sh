@@ -690,7 +690,15 @@ step_nullb_held() {
 		[ "$LOAD" = OK ] || [ "$HELD" != "await OK" ] || break
 	done
 	echo "load $n of at most $NULLB_TRIES: $LOAD, expected $errno"
-	[ "$LOAD" = "$errno" ] && [ "$HELD" = "await OK" ] || return 1
+	[ "$LOAD" = "$errno" ] || return 1
+	if [ "$HELD" != "await OK" ]; then
+		# The teardown took nullb0's open_mutex before the holder: only
+		# a loader that died (6.12's vanilla, whether or not nullb0
+		# was held) ends the tries so.
+		echo "nullb0 not held: the loader died, nothing to close"
+		[ "$LOAD" = died ]
+		return
+	fi
 	expect_answer close "$close" "$(holder_ask close)"
 }
 
