@@ -378,7 +378,11 @@ race-demo: deps
 
 # Every prefix of the series builds and is checkpatch --strict clean; the
 # series also builds with CONFIG_MODULE_UNLOAD=n and CONFIG_MODULES=n.
+# checkpatch.pl checks SPDX identifiers with scripts/spdxcheck.py, which
+# needs ply and GitPython: without them every identifier passes unread.
+SERIES_PACKAGES := python3-ply python3-git
 series-check: deps
+	$(call install_missing,$(SERIES_PACKAGES))
 	@kernel-patches/series-check
 
 # The postings (block, module, repro) as patches to send, signed by whoever
