@@ -467,7 +467,7 @@ class Runner:
 		with self.print_lock:
 			print(f'{run["verdict"]:<5} {name:<45} {run["seconds"]:5.1f}s{proof}', flush=True)
 			for title in run['known_reports']:
-				print(f'      known report, not the series\' (README): {title}', flush=True)
+				print(f'      known report, not the series\' (docs/reliability.md): {title}', flush=True)
 
 
 def aggregate(scenario: Scenario, runs: List[Dict], repeat: int) -> Dict:

@@ -421,7 +421,7 @@ class CrashScan(unittest.TestCase):
 				 ['BUG: KCSAN: data-race in _find_first_bit+0x23/0x51'])
 
 	def test_sbitmap_race_is_known(self):
-		# 6.12 fixed-kcsan, openers_ungated (README, "Known reports").
+		# 6.12 fixed-kcsan, openers_ungated (docs/reliability.md, "Known reports").
 		console = ('[    6.83] BUG: KCSAN: data-race in _find_next_zero_bit / sbitmap_find_bit\n'
 			   '[    6.83] read-write (marked) to 0xffff888000c2cd80 of 8 bytes by task 60 on cpu 0:\n'
 			   '[    6.83]  sbitmap_find_bit+0x125/0x19b\n'

@@ -42,7 +42,7 @@ CRASH_TITLES = (
 )
 CRASH_RE = re.compile('^(?:' + '|'.join(f'(?:{t})' for t in CRASH_TITLES) + ')')
 # Reports in code the series does not touch, on a configuration the rows
-# run (README, "Known reports"): a title and a function of its trace.  A
+# run (docs/reliability.md, "Known reports"): a title and a function of its trace.  A
 # known report fails no row; the run lists it.  KCSAN at every reboot:
 # native_stop_other_cpus() (arch/x86/kernel/smp.c) polls cpus_stop_mask
 # while the other CPUs clear their bits in it as they stop.  KCSAN on 6.12

@@ -47,7 +47,7 @@ SOAK_POINTS="none alloc before_add_disk after_add_disk after_scan_io late"
 # open is a use-after-free on vanilla only when it outlasts the unwind and
 # free_module() (two RCU grace periods on SMP): hundreds of ms on a TCG
 # debug guest: holds of 0-200 ms hit under 1% of vanilla-debug's loads,
-# 0-1000 ms about half of them (README, Reliability).  All races at once:
+# 0-1000 ms about half of them (docs/reliability.md).  All races at once:
 # 0-3000 ms (soak_run).
 SOAK_HOLD_MS=1000
 
