@@ -36,7 +36,13 @@ COLUMNS = ('id', 'variants', 'image', 'params', 'console', 'steps')
 COLUMN_SEP = re.compile(r'\s+\|\s+')
 ID_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 # A step is a KTAP description: no '#' (ktap.rst), no glob character.
+# An action (act_NAME in harness/guest/*.sh) is NAME[:ARGS][=EXPECTED]:
+# the guest gets NAME[:ARGS] and reports what it saw; the host compares
+# that with EXPECTED.  A check of the guest's own (step_NAME) is
+# NAME[=ARG], sent whole.
 STEP_RE = re.compile(r'^([a-z][a-z0-9_]*)(?:=([^\s#*?\[]+))?$')
+ACTION_RE = re.compile(r'^([a-z][a-z0-9_]*)(?::([^\s#*?\[=]+))?(?:=([^\s#*?\[]+))?$')
+STEP_NAME_RE = re.compile(r'^[a-z][a-z0-9_]*')
 PARAM_RE = re.compile(r'^([a-z][a-z0-9_]*)=[^\s*?\[]*$')
 
 
@@ -60,6 +66,7 @@ class Known:
 	images: Set[str]
 	steps: Set[str]
 	params: Set[str]
+	actions: Set[str] = dataclasses.field(default_factory=set)
 
 
 def trees(top: pathlib.Path = TOP) -> List[str]:
@@ -80,8 +87,7 @@ def known_names(top: pathlib.Path = TOP) -> Known:
 	series = set().union(*(tree_series(t, top) for t in trees(top)))
 	images = {p.stem for p in (top / 'images').glob('*.parted')}
 	images |= {p.stem for p in (top / 'images').glob('*.patch')}
-	steps = set(re.findall(r'^step_([a-z0-9_]+)\(\)', (top / 'harness/guest/steps.sh').read_text(),
-			       re.MULTILINE))
+	steps, actions = guest_steps(top)
 	# The driver's parameters: the kernel ignores a misspelt one (it logs
 	# "unknown parameter"), and the row would run with the defaults.
 	params = set(re.findall(r'^(?:module_param(?:_named|_cb)?|raceblk_int_param)\((\w+),',
@@ -89,7 +95,26 @@ def known_names(top: pathlib.Path = TOP) -> Known:
 	# SERIES-FRAGMENT: a series built with kernel-patches/config/FRAGMENT.config too.
 	fragments = {p.stem for p in (top / 'kernel-patches/config').glob('*.config')} - {'base'}
 	return Known(variants=series | {f'{v}-{f}' for v in series for f in fragments}, trees=set(trees(top)),
-		     images=images, steps=steps, params=params)
+		     images=images, steps=steps, params=params, actions=actions)
+
+
+def guest_steps(top: pathlib.Path = TOP) -> Tuple[Set[str], Set[str]]:
+	"""The guest's checks (step_NAME) and actions (act_NAME), from
+	harness/guest/*.sh."""
+	text = '\n'.join(p.read_text() for p in sorted((top / 'harness/guest').glob('*.sh')))
+	return (set(re.findall(r'^step_([a-z0-9_]+)\(\)', text, re.MULTILINE)),
+		set(re.findall(r'^act_([a-z0-9_]+)\(\)', text, re.MULTILINE)))
+
+
+def split_step(word: str, actions: Set[str]) -> Tuple[str, Optional[str]]:
+	"""What the guest runs of a step word, and what the host expects of it:
+	'holder_open:part=OK' -> ('holder_open:part', 'OK'); a check of the
+	guest's own goes whole, with no expectation."""
+	match = ACTION_RE.match(word)
+	if not match or match.group(1) not in actions:
+		return word, None
+	sent = match.group(1) + (f':{match.group(2)}' if match.group(2) else '')
+	return sent, match.group(3)
 
 
 def split_variant(word: str) -> Tuple[str, Optional[str]]:
@@ -171,8 +196,15 @@ def row_errors(row: Row, known: Known) -> Iterator[str]:
 			yield f'console regex "{row.console}": {err}'
 	if not row.steps:
 		yield 'no steps'
-	yield from word_errors(row.steps, STEP_RE, known.steps, 'step "{}": NAME or NAME=ARG',
-			       'unknown step "{0}" (no step_{0} in harness/guest/steps.sh)')
+	for word in row.steps:
+		name = STEP_NAME_RE.match(word)
+		if name and name.group() in known.actions:
+			if not ACTION_RE.match(word):
+				yield f'action "{word}": NAME[:ARGS][=EXPECTED]'
+		elif not STEP_RE.match(word):
+			yield f'step "{word}": NAME or NAME=ARG'
+		elif name.group() not in known.steps:
+			yield f'unknown step "{name.group()}" (no act_{name.group()} or step_{name.group()} in harness/guest/)'
 
 
 def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]:
@@ -246,10 +278,22 @@ class Scenario:
 	steps: Tuple[str, ...]
 	line: int
 	machine: str = 'microvm'
+	# What the guest runs of each step, and what the host expects of it
+	# (see split_step); by default, the steps as written.
+	sent: Tuple[str, ...] = ()
+	expected: Tuple[Optional[str], ...] = ()
 
 	@property
 	def name(self) -> str:
 		return f'{self.variant}/{self.id}/{self.image}'
+
+	@property
+	def guest_steps(self) -> Tuple[str, ...]:
+		return self.sent or self.steps
+
+	@property
+	def expectations(self) -> Tuple[Optional[str], ...]:
+		return self.expected or (None,) * len(self.steps)
 
 
 def variant_words(top: pathlib.Path = TOP) -> List[str]:
@@ -284,15 +328,17 @@ def row_images(row: Row, own_image: Optional[str], top: pathlib.Path = TOP) -> L
 	return [DEFAULT_IMAGE if row.image == 'any' else row.image]
 
 
-def resolve(row: Row, variant: str, image: str) -> Scenario:
+def resolve(row: Row, variant: str, image: str, actions: Set[str] = frozenset()) -> Scenario:
 	"""The row as the guest runs it: the image named in params unless they
 	name one, the machine taken out of them."""
 	machine = next((p.split('=', 1)[1] for p in row.params if p.startswith('machine=')), MACHINES[0])
 	params = tuple(p for p in row.params if not p.startswith('machine='))
 	if not any(p.startswith('image=') for p in params):
 		params = (f'image=raceblk/{image}.img',) + params
+	split = [split_step(word, actions) for word in row.steps]
 	return Scenario(variant=variant, id=row.id, image=image, params=params,
-			console=row.console, steps=row.steps, line=row.line, machine=machine)
+			console=row.console, steps=row.steps, line=row.line, machine=machine,
+			sent=tuple(s for s, _ in split), expected=tuple(e for _, e in split))
 
 
 def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] = None,
@@ -302,12 +348,13 @@ def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] 
 	rows, _ = parse(path)
 	row_only = row_only_variants(top)
 	tree = tree or current_tree()
+	_, actions = guest_steps(top)
 	plan = []
 	for row in rows:
 		names = row_variants(row, tree)
 		for variant in variants:
 			if ('all' in names and variant not in row_only) or variant in names:
-				plan += [resolve(row, variant, image) for image in row_images(row, own_image, top)]
+				plan += [resolve(row, variant, image, actions) for image in row_images(row, own_image, top)]
 	return plan
 
 

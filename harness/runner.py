@@ -284,6 +284,7 @@ class Runner:
 		self.accel = 'tcg'
 		self.snapshots: Dict[str, pathlib.Path] = {}
 		self.print_lock = threading.Lock()
+		self.done, self.total = 0, len(scenarios) * opts.repeat
 
 	def machine(self, variant: str, accel: Optional[str] = None,
 		    scenario: Optional[Scenario] = None) -> guestvm.Machine:
@@ -300,7 +301,7 @@ class Runner:
 
 	def message(self, scenario: Scenario, archive: bytes = b'') -> bytes:
 		return guestvm.scenario_message(scenario.variant, scenario.id, scenario.image,
-						scenario.params, scenario.steps, archive)
+						scenario.params, scenario.guest_steps, archive)
 
 	def choose_accel(self) -> None:
 		"""KVM only when a probe boot of our kernel answers (on some hosts
@@ -444,7 +445,8 @@ class Runner:
 			path = workdir / name
 			texts[name] = path.read_bytes().decode(errors='replace').replace('\r\n', '\n') if path.exists() else ''
 			path.write_text(texts[name])
-		ktap = verdict.parse_ktap(texts['ktap'], list(scenario.steps))
+		ktap = verdict.parse_ktap(texts['ktap'], list(scenario.guest_steps))
+		verdict.compare_observations(scenario, ktap)
 		reports = verdict.console_reports(texts['console.log'])
 		if guestvm.stopping():
 			judged = verdict.Verdict('SKIP', 'interrupted')
@@ -452,7 +454,8 @@ class Runner:
 			judged = verdict.judge(scenario, ktap, texts['console.log'], outcome,
 					       self.timeout_of(scenario.variant))
 		run = {'run': k, 'verdict': judged.verdict, 'reason': judged.reason, 'proof': judged.proof,
-		       'directive': judged.directive, 'seconds': round(seconds, 3),
+		       'directive': judged.directive, 'xfail': judged.xfail, 'seconds': round(seconds, 3),
+		       'crash_summary': verdict.crash_summary(texts['console.log']),
 		       'logs': str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
 		       'results': [step.__dict__ for step in ktap.steps],
 		       'crash': reports.crash_lines,
@@ -462,10 +465,16 @@ class Runner:
 		return run
 
 	def print_run(self, scenario: Scenario, run: Dict) -> None:
+		"""One line a run: PASS, or XFAIL when it passed by reproducing the
+		crash its case expects (never mistaken for a clean pass), FAIL,
+		SKIP or ERROR; [n/N] on a terminal."""
 		name = scenario.name + ('' if self.opts.repeat == 1 else f' #{run["run"]}')
-		proof = f'  {run["proof"].removeprefix("expected: ")}' if run['proof'] else ''
+		word = 'XFAIL' if run['verdict'] == 'PASS' and run['xfail'] else run['verdict']
+		proof = f'  expected: {run["xfail"]}' if word == 'XFAIL' else ''
 		with self.print_lock:
-			print(f'{run["verdict"]:<5} {name:<45} {run["seconds"]:5.1f}s{proof}', flush=True)
+			self.done += 1
+			count = f'[{self.done}/{self.total}] ' if sys.stdout.isatty() else ''
+			print(f'{count}{word:<5} {name:<45} {run["seconds"]:5.1f}s{proof}', flush=True)
 			for title in run['known_reports']:
 				print(f'      known report, not the series\' (docs/reliability.md): {title}', flush=True)
 
@@ -480,8 +489,8 @@ def aggregate(scenario: Scenario, runs: List[Dict], repeat: int) -> Dict:
 	record = {'name': scenario.name, 'variant': scenario.variant, 'id': scenario.id,
 		  'image': scenario.image, 'line': scenario.line, 'params': list(scenario.params),
 		  'steps': list(scenario.steps), 'console_expected': scenario.console}
-	record.update({k: shown[k] for k in ('verdict', 'reason', 'proof', 'directive', 'logs',
-					     'results', 'crash', 'ktap')})
+	record.update({k: shown[k] for k in ('verdict', 'reason', 'proof', 'directive', 'xfail', 'logs',
+					     'results', 'crash', 'crash_summary', 'ktap')})
 	record['seconds'] = round(sum(r['seconds'] for r in runs), 3)
 	record['console_excerpt'] = verdict.crash_excerpt(shown['console']) if first_bad else ''
 	if first_bad and not record['console_excerpt']:
@@ -692,6 +701,10 @@ def main(argv: List[str]) -> int:
 		print(f'harness: interrupted by {signal.Signals(signum).name}: {len(records)} of '
 		      f'{len(scenarios)} scenarios finished; the rest count as skipped')
 	del lock
+	xfail = sum(1 for r in records if r['verdict'] == 'PASS' and r['xfail'])
+	if xfail:
+		print(f'harness: {xfail} of the passes are XFAIL: the kernel crashed or warned as the case '
+		      'expects (the bug it reproduces)')
 	print(f'{count["passed"]} passed, {failed} failed, {skipped} skipped', flush=True)
 	if signum:
 		return 128 + signum

@@ -344,6 +344,23 @@ class Reports(Case):
 					    '  # Subtest: vanilla/before_add_disk/mbr-primary'])
 		self.assertEqual(ktap[-1], 'ok 1 vanilla/before_add_disk/mbr-primary')
 
+	def test_expected_crash_is_marked_xfail_everywhere(self):
+		# vanilla@6.1 holder_close expects the page fault fake-qemu's
+		# "crash" guest shows: a pass, never shown as a clean one.
+		done = self.fake.run('crash', '--filter', 'vanilla/holder_close/*', env={'KERNEL': '6.1'})
+		self.assertSummary(done, 1, 0, 0)
+		self.assertRegex(done.stdout, r'\nXFAIL vanilla/holder_close/mbr-primary +[0-9.]+s  expected: '
+				 r'BUG: unable to handle page fault in raceblk_open\n')
+		self.assertIn('harness: 1 of the passes are XFAIL', done.stdout)
+		ktap = (self.fake.build / 'results/results.ktap').read_text().splitlines()
+		self.assertEqual(ktap[-1], 'ok 1 vanilla/holder_close/mbr-primary # XFAIL '
+				 'BUG: unable to handle page fault in raceblk_open')
+		junit = ET.parse(self.fake.build / 'results/junit.xml')
+		prop = junit.find('.//properties/property')
+		self.assertEqual((prop.get('name'), prop.get('value')), (
+			'xfail:vanilla/holder_close/mbr-primary', 'BUG: unable to handle page fault in raceblk_open'))
+		self.assertReportsReadable()
+
 	# Guests that misbehave: fake-qemu mode, (passed, failed, skipped), what
 	# the run says about it.
 	GUESTS = (
@@ -496,7 +513,7 @@ class Input(unittest.TestCase):
 		('none | vanilla | any | - | BUG: ( | load=OK', 'console regex "BUG: ("'),
 		('none | vanilla | any | fail_a=none | - | load=OK', 'unknown raceblk parameter "fail_a"'),
 		('none | vanilla | any | machine=q35 | - | load=OK', 'unknown machine "q35"'),
-		('none | vanilla | any | - | - | load=*', 'step "load=*": NAME or NAME=ARG'),
+		('none | vanilla | any | - | - | load=*', 'action "load=*": NAME[:ARGS][=EXPECTED]'),
 		('none | vanilla | any | - | - | load=OK\nnone | all | any | - | - | load=OK',
 		 'none on vanilla again (first at line 1)'),
 		('none | vanilla@2.4 | any | - | - | load=OK', 'unknown tree "2.4" in "vanilla@2.4"'),
@@ -692,7 +709,7 @@ class ImgPatch(unittest.TestCase):
 
 
 class GuestSteps(unittest.TestCase):
-	"""Functions of harness/guest/steps.sh, run by the host's busybox sh
+	"""Functions of harness/guest/proc.sh, run by the host's busybox sh
 	with a stand-in dmesg: what a step concludes about a background task."""
 
 	# An oops in task PID, as 6.1 logs it.
@@ -703,7 +720,7 @@ class GuestSteps(unittest.TestCase):
 		The stand-in dmesg (a function: busybox runs its own applet before
 		a program on PATH) prints LOG, with $pid as the task's PID and
 		\\n between lines."""
-		script = (f'. {HARNESS}/guest/steps.sh\n'
+		script = (f'. {HARNESS}/guest/proc.sh\n'
 			  f'{task} & pid=$!\n'
 			  f'dmesg() {{ printf \'%b\\n\' "{log}"; }}\n'
 			  'SETTLE_SECONDS=2 settle "$pid" sleep && status=0 || status=$?\n'
@@ -901,6 +918,67 @@ class Units(unittest.TestCase):
 	def test_step_time_is_not_a_diagnostic(self):
 		ktap = verdict.parse_ktap('1..1\n# saw it\n# time: 0.25s\nok 1 a\n', ['a'])
 		self.assertEqual((ktap.steps[0].diagnostics, ktap.steps[0].seconds), (['saw it'], 0.25))
+
+
+class HostJudges(unittest.TestCase):
+	"""The guest reports what an action saw ("# obs KEY=VALUE"); the host
+	compares it with what the case expects."""
+
+	ACTIONS = {'load', 'holder_open', 'holder_read', 'holder_close', 'nullb_held', 'release'}
+
+	def judged(self, words, ktap_text):
+		split = [plan.split_step(w, self.ACTIONS) for w in words]
+		scenario = plan.Scenario(variant='vanilla', id='x', image='mbr-primary', params=(), console='-',
+					 steps=tuple(words), line=1, sent=tuple(s for s, _ in split),
+					 expected=tuple(e for _, e in split))
+		ktap = verdict.parse_ktap(ktap_text, list(scenario.guest_steps))
+		verdict.compare_observations(scenario, ktap)
+		return ktap.steps
+
+	def test_the_guest_gets_no_expectation(self):
+		self.assertEqual(plan.split_step('holder_open:part=ENXIO', self.ACTIONS), ('holder_open:part', 'ENXIO'))
+		self.assertEqual(plan.split_step('load=EIO', self.ACTIONS), ('load', 'EIO'))
+		self.assertEqual(plan.split_step('release', self.ACTIONS), ('release', None))
+		self.assertEqual(plan.split_step('partitions', self.ACTIONS), ('partitions', None))
+		self.assertEqual(plan.split_step('pr_err=x:', self.ACTIONS), ('pr_err=x:', None))
+
+	def test_an_action_that_saw_something_else_fails(self):
+		steps = self.judged(['load=EIO', 'holder_close=died'],
+				    '1..2\n# obs load=OK\nok 1 load\n# obs holder_close=died\nok 2 holder_close\n')
+		self.assertEqual([s.ok for s in steps], [False, True])
+		self.assertEqual(steps[0].mismatch, 'load=OK, expected EIO')
+		self.assertEqual(steps[0].name, 'load=EIO')
+
+	def test_an_unreported_observation_fails(self):
+		steps = self.judged(['load=EIO'], '1..1\nok 1 load\n')
+		self.assertEqual(steps[0].mismatch, 'load=(not reported), expected EIO')
+
+	def test_a_fate_matches_by_its_first_word_and_alternatives_any(self):
+		text = '1..1\n# obs load=ENOMEM\n# obs close=hung in bdev_release\nok 1 nullb_held:1\n'
+		self.assertTrue(self.judged(['nullb_held:1=load=ENOMEM,close=hung|unheld'], text)[0].ok)
+		self.assertFalse(self.judged(['nullb_held:1=load=ENOMEM,close=died'], text)[0].ok)
+		self.assertFalse(self.judged(['nullb_held:1=load=ENOMEM,close=hun'], text)[0].ok)
+
+	def test_a_default_expectation_holds_when_reported(self):
+		ok = '1..1\n# obs holder_read=OK\n# obs data=image\nok 1 holder_read\n'
+		bad = '1..1\n# obs holder_read=OK\n# obs data=md5 0123\nok 1 holder_read\n'
+		died = '1..1\n# obs holder_read=died\nok 1 holder_read\n'
+		self.assertTrue(self.judged(['holder_read=OK'], ok)[0].ok)
+		self.assertEqual(self.judged(['holder_read=OK'], bad)[0].mismatch, 'data=md5 0123, expected image')
+		self.assertTrue(self.judged(['holder_read=died'], died)[0].ok)
+
+	def test_a_step_the_guest_could_not_act_on_stays_not_ok(self):
+		steps = self.judged(['holder_open:part=OK'], '1..1\n# obs holder_open=OK\nnot ok 1 holder_open:part\n')
+		self.assertEqual((steps[0].ok, steps[0].mismatch), (False, ''))
+
+	def test_the_verdict_names_the_mismatch(self):
+		scenario = plan.Scenario(variant='vanilla', id='x', image='mbr-primary', params=(), console='-',
+					 steps=('load=EIO',), line=1, sent=('load',), expected=('EIO',))
+		ktap = verdict.parse_ktap('1..1\n# obs load=OK\nok 1 load\n', ['load'])
+		verdict.compare_observations(scenario, ktap)
+		console = f'[    1.000000] {verdict.scenario_marker(scenario)}\n'
+		judged = verdict.judge(scenario, ktap, console, 'exited', 60)
+		self.assertEqual((judged.verdict, judged.reason), ('FAIL', 'not ok 1 load=EIO: observed load=OK, expected EIO'))
 
 
 class Summary(unittest.TextTestResult):

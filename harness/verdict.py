@@ -141,6 +141,36 @@ def crash_excerpt(console: str, lines: int = 40) -> str:
 	return '\n'.join(console.split('\n')[first:first + lines])
 
 
+RIP_RE = re.compile(r'RIP: [0-9a-f]{4}:([A-Za-z0-9_.]+)\+0x')
+COMM_RE = re.compile(r' Comm: (\S+) ')
+
+
+def crash_title(line: str) -> str:
+	"""A crash line without what changes from run to run: "BUG: unable to
+	handle page fault", "WARNING", "invalid opcode", "kernel BUG at
+	drivers/block/raceblk/main.c:640!"."""
+	if line.startswith('WARNING:'):
+		return 'WARNING'
+	if re.match(DIE_HEADER, line):
+		return line.split(':', 1)[0]
+	return re.sub(r' for address: \S+$', '', line)
+
+
+def crash_summary(console: str) -> str:
+	"""The first crash of a console in a few words: its title, where it
+	happened and in which task ("BUG: unable to handle page fault in
+	blkdev_put_whole (blkhold)"); '' for none."""
+	crashes = console_reports(console).crashes
+	if not crashes:
+		return ''
+	first, line = crashes[0]
+	title = crash_title(line)
+	after = '\n'.join(console.split('\n')[first:first + 80])
+	rip, comm = RIP_RE.search(after), COMM_RE.search(after)
+	where = f' in {rip.group(1)}' if rip and ' in ' not in title else ''
+	return f'{title}{where}' + (f' ({comm.group(1)})' if comm else '')
+
+
 @dataclasses.dataclass
 class Step:
 	number: int
@@ -148,6 +178,62 @@ class Step:
 	ok: Optional[bool]		# None: the guest never reported it
 	diagnostics: List[str]
 	seconds: Optional[float] = None
+	# What an action saw ("# obs KEY=VALUE"), what the case expected of
+	# it, and how they differ ('' when they agree).
+	observed: Dict[str, str] = dataclasses.field(default_factory=dict)
+	expected: Optional[str] = None
+	mismatch: str = ''
+
+
+OBS_PREFIX = 'obs '
+# What every case expects of an action when the action reports it: a
+# device read back (holder_read) gives the image's bytes.
+DEFAULT_EXPECTED = {'holder_read': {'data': 'image'}}
+
+
+def expected_values(name: str, text: str) -> Dict[str, str]:
+	"""An action's expectation as KEY: VALUE: "EIO" is the action's own
+	key ({name: 'EIO'}), "load=ENOMEM,close=OK" one value per key."""
+	if '=' not in text:
+		return {name: text}
+	return dict(pair.split('=', 1) for pair in text.split(','))
+
+
+def value_matches(expected: str, observed: Optional[str]) -> bool:
+	"""EXPECTED may list alternatives ("hung|unheld"); a fate matches by its
+	first word ("hung" is "hung in bdev_release")."""
+	if observed is None:
+		return False
+	return any(observed == alt or (alt in ('died', 'hung') and observed.split(' ', 1)[0] == alt)
+		   for alt in expected.split('|'))
+
+
+def mismatch_of(name: str, expected: Optional[str], observed: Dict[str, str]) -> str:
+	"""How OBSERVED differs from what the case (and DEFAULT_EXPECTED) say
+	of action NAME; '' when it does not."""
+	wanted = expected_values(name, expected) if expected is not None else {}
+	defaults = {k: v for k, v in DEFAULT_EXPECTED.get(name, {}).items() if k in observed}
+	problems = [f'{key}={observed.get(key, "(not reported)")}, expected {value}'
+		    for key, value in {**defaults, **wanted}.items() if not value_matches(value, observed.get(key))]
+	return '; '.join(problems)
+
+
+def compare_observations(scenario: Scenario, ktap: 'Ktap') -> None:
+	"""The host's judgement of each action the guest reported: a step the
+	guest could act on (ok) fails when what it saw is not what the case
+	expects.  Steps are named as the case writes them."""
+	for step, word, expected in zip(ktap.steps, scenario.steps, scenario.expectations):
+		step.name, step.expected = word, expected
+		if not step.ok:
+			continue
+		step.mismatch = mismatch_of(plan_step_name(word), expected, step.observed)
+		if step.mismatch:
+			step.ok = False
+			step.diagnostics.append(f'observed {step.mismatch}')
+
+
+def plan_step_name(word: str) -> str:
+	return re.match(r'[a-z0-9_]*', word).group()
 
 
 @dataclasses.dataclass
@@ -157,6 +243,16 @@ class Ktap:
 	skip_reason: Optional[str] = None
 	steps: List[Step] = dataclasses.field(default_factory=list)
 	errors: List[str] = dataclasses.field(default_factory=list)
+
+
+def observations(diagnostics: List[str]) -> Dict[str, str]:
+	"""An action's "obs KEY=VALUE" lines; the first of a key counts."""
+	found: Dict[str, str] = {}
+	for line in diagnostics:
+		if line.startswith(OBS_PREFIX) and '=' in line:
+			key, value = line[len(OBS_PREFIX):].split('=', 1)
+			found.setdefault(key, value)
+	return found
 
 
 def parse_ktap(text: str, sent_steps: List[str]) -> Ktap:
@@ -191,7 +287,8 @@ def parse_ktap(text: str, sent_steps: List[str]) -> Ktap:
 			if number != want or want > len(sent_steps) or name != sent_steps[want - 1]:
 				ktap.errors.append(f'result "{line}" out of order (expected {want} '
 						   f'{sent_steps[want - 1] if want <= len(sent_steps) else "nothing"})')
-			ktap.steps.append(Step(number, name, result.group(1) == 'ok', pending, seconds))
+			ktap.steps.append(Step(number, name, result.group(1) == 'ok', pending, seconds,
+					       observations(pending)))
 			pending, seconds = [], None
 		elif TIME_RE.match(line):
 			seconds = float(TIME_RE.match(line).group(1))
@@ -210,6 +307,7 @@ class Verdict:
 	reason: str = ''
 	proof: str = ''			# PASS: the expected console line
 	directive: str = ''		# KTAP: TIMEOUT or ERROR for a guest cut off
+	xfail: str = ''			# PASS by the crash the case expects: crash_summary()
 
 
 def console_problem(scenario: Scenario, console: str) -> str:
@@ -259,7 +357,8 @@ def judge(scenario: Scenario, ktap: Ktap, console: str, outcome: str, timeout_s:
 	failed = [s for s in ktap.steps if s.ok is False]
 	reported = sum(1 for s in ktap.steps if s.ok is not None)
 	if failed:
-		return Verdict('FAIL', f'not ok {failed[0].number} {failed[0].name}')
+		why = f': observed {failed[0].mismatch}' if failed[0].mismatch else ''
+		return Verdict('FAIL', f'not ok {failed[0].number} {failed[0].name}{why}')
 	if reported != ktap.plan:
 		return Verdict('FAIL', f'guest reported {reported} of {ktap.plan} results{with_crash}',
 			       directive='ERROR')
@@ -268,5 +367,5 @@ def judge(scenario: Scenario, ktap: Ktap, console: str, outcome: str, timeout_s:
 	if scenario.console != '-':
 		expected = re.compile(scenario.console)
 		proof = next(m for m in kernel_messages(console) if expected.search(m))
-		return Verdict('PASS', proof=f'expected: {proof}')
+		return Verdict('PASS', proof=f'expected: {proof}', xfail=crash_summary(console) or proof)
 	return Verdict('PASS')

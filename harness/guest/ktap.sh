@@ -27,24 +27,42 @@ uptime_cs() {
 	UPTIME_CS=$((${up%.*} * 100 + 1${up#*.} - 100))
 }
 
-# ktap_run_step STEP: run step_NAME [ARG] for STEP = NAME[=ARG]; its output
-# becomes diagnostic lines, then "# time: S.CCs", its status the result.
-# Steps run in this shell, not a subshell, so that what they start (a
-# background load, the holder's file descriptors) outlives them.
-ktap_run_step() {
-	local step=$1 name arg status=0 line start cs
+# obs KEY VALUE...: report what an action saw, "obs KEY=VALUE": the host
+# compares it with what the case expects.  A guest action judges nothing:
+# it fails (not ok) only when it could not act.
+obs() {
+	local key=$1
 
-	name=${step%%=*}
+	shift
+	echo "obs $key=$*"
+}
+
+# ktap_run_step STEP: run act_NAME [ARGS] for STEP = NAME[:ARGS] (an
+# action: it reports what it saw with obs), or step_NAME [ARG] for STEP =
+# NAME[=ARG] (a check of the guest's own, as steps were before actions);
+# its output becomes diagnostic lines, then "# time: S.CCs", its status
+# the result.  Steps run in this shell, not a subshell, so that what they
+# start (a background load, the holder's file descriptors) outlives them.
+ktap_run_step() {
+	local step=$1 name func arg status=0 line start cs
+
+	name=${step%%[:=]*}
 	arg=
-	[ "$name" = "$step" ] || arg=${step#*=}
+	if type "act_$name" >/dev/null 2>&1; then
+		func=act_$name
+		[ "$name" = "$step" ] || arg=${step#"$name":}
+	else
+		func=step_$name
+		[ "$name" = "$step" ] || arg=${step#"$name"=}
+	fi
 	KTAP_N=$((KTAP_N + 1))
-	if ! type "step_$name" >/dev/null 2>&1; then
+	if ! type "$func" >/dev/null 2>&1; then
 		ktap_line "not ok $KTAP_N $step # unknown step"
 		return
 	fi
 	uptime_cs
 	start=$UPTIME_CS
-	"step_$name" "$arg" > /tmp/step.out 2>&1 || status=$?
+	"$func" "$arg" > /tmp/step.out 2>&1 || status=$?
 	uptime_cs
 	start=$((UPTIME_CS - start))
 	# "|| [ -n ... ]": a last line without its newline counts too.

@@ -1,0 +1,316 @@
+# Module actions: load, unload, the module's state and log, other modules
+# loaded around raceblk's init.
+
+KO=/lib/modules/raceblk.ko
+
+# modctl_obs KEY ARGS...: run modctl ARGS and report its answer as KEY:
+# OK, an errno name, or "died" when an oops killed it.
+modctl_obs() {
+	local key=$1 got
+
+	shift
+	got=$(or_died modctl "$(modctl "$@")")
+	echo "modctl $*"
+	obs "$key" "$got"
+}
+
+# load: finit_module() once with the case's parameters: OK, an errno, or
+# died (6.12: the partition scan's deferred close, after a failed init
+# freed the module, oopses in the loader).
+act_load() {
+	# shellcheck disable=SC2086 # PARAMS is a word list
+	modctl_obs load load "$KO" $PARAMS
+}
+
+# unload: delete_module(raceblk, O_NONBLOCK).
+act_unload() {
+	modctl_obs unload unload raceblk
+}
+
+# force_unload: delete_module(raceblk, O_NONBLOCK | O_TRUNC), which is
+# rmmod -f.
+act_force_unload() {
+	modctl_obs force_unload unload raceblk force
+}
+
+# wait_unload: delete_module(raceblk) without O_NONBLOCK, which is rmmod
+# --wait (6.1 never waits).
+act_wait_unload() {
+	modctl_obs wait_unload unload raceblk wait
+}
+
+# unload_twice: two delete_module(raceblk) at once: their answers, sorted
+# ("EBUSY,OK": one freed it, the other found it being freed).
+act_unload_twice() {
+	local pid1
+
+	modctl unload raceblk > /tmp/unload.1 &
+	pid1=$!
+	modctl unload raceblk > /tmp/unload.2
+	modctl_answer "$pid1" /tmp/unload.1
+	obs unload_twice "$(printf '%s\n%s\n' "$ANSWER" "$(cat /tmp/unload.2)" | sort | paste -s -d ,)"
+}
+
+# notifier: load modnotify, which logs every module notifier event (an
+# action the case needs: it fails when modnotify does not load).
+act_notifier() {
+	local got
+
+	got=$(modctl load /lib/modules/modnotify.ko)
+	echo "modnotify: $got"
+	[ "$got" = OK ]
+}
+
+# notify: the notifier events raceblk got, in order (COMING,LIVE,...).
+act_notify() {
+	local got
+
+	got=$(dmesg | sed -n 's/.*modnotify: raceblk \([A-Z]*\)$/\1/p' | tr '\n' , | sed 's/,$//')
+	obs notify "${got:-none}"
+}
+
+# no_module: raceblk is not loaded (freed, not left behind).
+step_no_module() {
+	if grep '^raceblk ' /proc/modules; then
+		echo "raceblk is still in /proc/modules"
+		return 1
+	fi
+	echo "raceblk not in /proc/modules"
+}
+
+# unload_mod:MODULE: delete_module(MODULE, O_NONBLOCK).
+act_unload_mod() {
+	modctl_obs unload_mod unload "$1"
+}
+
+# force_unload_mod:MODULE: delete_module(MODULE, O_NONBLOCK|O_TRUNC)
+# (rmmod --force).
+act_force_unload_mod() {
+	modctl_obs force_unload_mod unload "$1" force
+}
+
+# refused=MODULE: try_module_get() refused MODULE during its init, with
+# the warning that names it and the caller.
+step_refused() {
+	local line
+
+	line=$(dmesg | grep -F "$1: try_module_get() from" | head -n 1)
+	echo "warning: ${line:-no try_module_get() warning naming $1}"
+	[ -n "$line" ]
+}
+
+# module_marked MODULE STATE FLAGS INITSTATE ATTR TEXT...: MODULE is listed
+# as STATE with FLAGS (its /proc/modules flags end so), its initstate is
+# INITSTATE, /sys/module/MODULE/ATTR reads 1, and for each TEXT the log has
+# a line of MODULE's ("MODULE: ...") with TEXT in it.
+module_marked() {
+	local module=$1 state=$2 flags=$3 initstate_wanted=$4 attr=$5 line found proc initstate flag status=0
+
+	shift 5
+	for line in "$@"; do
+		found=$(dmesg | grep -F "] $module: " | grep -F "$line" | head -n 1)
+		echo "log: ${found:-no line \"$module: ...$line...\"}"
+		[ -n "$found" ] || status=1
+	done
+	proc=$(grep "^$module " /proc/modules)
+	initstate=$(cat "/sys/module/$module/initstate" 2>&1)
+	flag=$(cat "/sys/module/$module/$attr" 2>&1)
+	echo "/proc/modules: ${proc:-no $module}"
+	echo "/sys/module/$module: initstate $initstate, $attr $flag"
+	case $proc in *" $state "*"$flags)") ;; *) status=1 ;; esac
+	[ "$initstate" = "$initstate_wanted" ] || status=1
+	[ "$flag" = 1 ] || status=1
+	return $status
+}
+
+# stuck: raceblk's init failed after it was made live (rusty), so it is
+# kept for good: logged as unsafe and stuck, Live with the "!" flag.
+step_stuck() {
+	module_marked raceblk Live '!' live unsafe \
+		"cannot be unloaded due to unsafe usage" "module is now stuck"
+}
+
+# mod_kept=MODULE: MODULE's init failed while something held it (fixed),
+# so it is kept until the last holder lets go: logged, Unloading with the
+# "!" flag, /sys/module/MODULE/kept 1.
+step_mod_kept() {
+	module_marked "$1" Unloading '!-' going kept "init failed with" \
+		"reference(s) held it: kept until the last one is dropped"
+}
+
+# kept: mod_kept=raceblk.
+step_kept() {
+	step_mod_kept raceblk
+}
+
+# mod_reaped=MODULE: MODULE, kept after its failed init, leaves
+# /proc/modules by itself (no rmmod) within 10 s of this step, as the log
+# says it does once its last holder lets go.
+step_mod_reaped() {
+	local waited=0 line
+
+	while grep -q "^$1 " /proc/modules; do
+		if [ "$waited" -ge 10000 ]; then
+			echo "$1 still in /proc/modules after 10 s"
+			grep "^$1 " /proc/modules
+			return 1
+		fi
+		sleep 0.05
+		waited=$((waited + 50))
+	done
+	line=$(dmesg | grep -F "$1: its last holder let go: freeing it" | tail -n 1)
+	echo "$1 left /proc/modules without rmmod, within ${waited} ms"
+	echo "log: ${line:-no line \"$1: its last holder let go: freeing it\"}"
+	[ -n "$line" ]
+}
+
+# reaped: mod_reaped=raceblk.
+step_reaped() {
+	step_mod_reaped raceblk
+}
+
+# released: raceblk was freed when its init failed (nobody held it then),
+# or it was kept (someone did) and went by itself once they let go.
+step_released() {
+	if dmesg | grep -F "raceblk: init failed with" |
+		grep -qF "reference(s) held it: kept until the last one is dropped"; then
+		echo "raceblk was kept: something held it when its init failed"
+		step_reaped
+		return
+	fi
+	if grep '^raceblk ' /proc/modules; then
+		echo "raceblk is still loaded, and was never said kept"
+		return 1
+	fi
+	echo "raceblk was freed when its init failed: nobody held it"
+}
+
+# free_disk_called: raceblk's ->free_disk (free_disk=1) freed the driver's
+# data, as the disk's last put calls it.
+step_free_disk_called() {
+	local want="$DISK: ->free_disk: freeing the driver's data" line
+
+	line=$(dmesg | grep -F "$want" | tail -n 1)
+	echo "log: ${line:-no line \"$want\"}"
+	[ -n "$line" ]
+}
+
+# reload: raceblk loads again with nothing but the case's image (no
+# failure point, no hold); once loaded, it is unloaded again (the action
+# fails when that unload does).
+act_reload() {
+	local got
+
+	got=$(or_died modctl "$(modctl load "$KO" "image=raceblk/$IMAGE.img")")
+	obs reload "$got"
+	[ "$got" != OK ] || [ "$(modctl unload raceblk)" = OK ] || { echo "cannot unload it again"; return 1; }
+}
+
+# initref_fail:REF: initref.ko with ref=REF and fail=1 takes a reference
+# on itself through REF (see driver/initref.c), then fails its init.
+act_initref_fail() {
+	modctl_obs initref_fail load /lib/modules/initref.ko "ref=$1" fail=1
+}
+
+# oops_in COMM: an oops killed a task whose name starts with COMM.
+oops_in() {
+	oopsed_tasks | grep "Comm: $1" | head -n 1
+}
+
+# oops_seen: oops_in OOPS_COMM found one.
+oops_seen() {
+	[ -n "$(oops_in "$OOPS_COMM")" ]
+}
+
+# oopsed=COMM:SECONDS: within SECONDS, an oops kills a task whose name
+# starts with COMM (a kworker running a freed module's work function).
+step_oopsed() {
+	local line
+
+	OOPS_COMM=${1%%:*}
+	poll "${1#*:}" oops_seen || true
+	line=$(oops_in "$OOPS_COMM")
+	echo "oops: ${line:-none in a task named $OOPS_COMM* within ${1#*:} s}"
+	[ -n "$line" ]
+}
+
+# initref:REF: initref.ko, whose init takes a reference on itself through
+# REF (self, firmware_nowait, misc_open), loads; once loaded, it is
+# unloaded again (the action fails when that unload does).
+act_initref() {
+	local got
+
+	got=$(or_died modctl "$(modctl load /lib/modules/initref.ko "ref=$1")")
+	dmesg | grep -F "initref: ref=$1 during init" | tail -n 1
+	obs initref "$got"
+	[ "$got" != OK ] || [ "$(modctl unload initref)" = OK ] || { echo "cannot unload it again"; return 1; }
+}
+
+# --- other loads while raceblk's init runs -----------------------------------
+
+# bg_command TAG: what background load TAG runs (modctl's arguments).
+bg_command() {
+	case $1 in
+	dep) echo "load /lib/modules/raceblk_user.ko" ;;
+	reload) echo "load $KO image=raceblk/$IMAGE.img" ;;
+	*) return 1 ;;
+	esac
+}
+
+# bg:TAG: start background load TAG: dep, a module using a symbol of
+# raceblk; reload, raceblk again, without failure points.
+act_bg() {
+	local args
+
+	args=$(bg_command "$1") || { echo "no background load named '$1'"; return 1; }
+	# shellcheck disable=SC2086 # modctl's arguments
+	modctl $args > "/tmp/bg.$1.out" 2>&1 &
+	echo $! > "/tmp/bg.$1.pid"
+	echo "modctl $args: started in the background"
+}
+
+# bg_waiting:TAG: whether background load TAG is still blocked a second
+# later: yes, or what it answered.
+act_bg_waiting() {
+	sleep 1
+	if kill -0 "$(cat "/tmp/bg.$1.pid")" 2>/dev/null; then
+		obs bg_waiting yes
+	else
+		obs bg_waiting "no: $(cat "/tmp/bg.$1.out")"
+	fi
+}
+
+# bg_done:TAG: how background load TAG finished: OK, an errno, or its
+# fate (see fate).
+act_bg_done() {
+	modctl_answer "$(cat "/tmp/bg.$1.pid")" "/tmp/bg.$1.out"
+	obs bg_done "$ANSWER"
+}
+
+# pr_err=TEXT: the driver logged "raceblk: TEXT..." at KERN_ERR.
+step_pr_err() {
+	local line
+
+	line=$(dmesg -r | grep '^<3>' | grep -F "raceblk: $1" | head -n 1)
+	echo "pr_err: ${line:-none starting with \"raceblk: $1\"}"
+	[ -n "$line" ]
+}
+
+# --- debug kernels ------------------------------------------------------------
+
+# kmemleak: a kmemleak scan now reports no leaked object.
+step_kmemleak() {
+	local report
+
+	if [ ! -e /sys/kernel/debug/kmemleak ]; then
+		echo "no /sys/kernel/debug/kmemleak: not a debug kernel"
+		return 1
+	fi
+	echo scan > /sys/kernel/debug/kmemleak
+	report=$(cat /sys/kernel/debug/kmemleak)
+	if [ -n "$report" ]; then
+		echo "$report" | head -n 30
+		return 1
+	fi
+	echo "kmemleak scan: no leaked objects"
+}
