@@ -1,4 +1,4 @@
-# make soak's guest side: the step soak=CYCLES:SEED[:MODE] (steps.sh), MODE
+# make soak's guest side: the step soak=CYCLES:SEED[:MODE] (fuzz.sh), MODE
 # faults, ungated, ungated-openers, ungated-prober or ungated-reload.
 #
 # Each cycle loads one of raceblk's instances (raceblk_s0..raceblk_s3, disk
@@ -40,6 +40,9 @@
 # line ends the soak at that cycle.  At the end every instance is
 # unloaded and kmemleak scans twice.  Last line:
 #   soak: cycles=N reports=R leaks=L seconds=S
+
+# shellcheck source=harness/guest/soakreport.sh
+. /lib/raceblk/soakreport.sh
 
 SOAK_INSTANCES=4
 SOAK_POINTS="none alloc before_add_disk after_add_disk after_scan_io late"
@@ -281,29 +284,6 @@ soak_unwind_time() {
 		/the load returned/ && f { printf "%d\n", (t - f) * 1000 }' /tmp/soak.klog
 }
 
-# soak_reports: append to /tmp/soak.reports the report lines logged since
-# the last call (the log is drained: 1000 cycles would wrap it); fails
-# when there was one.  The patterns are harness/verdict.py's, as globs.
-soak_reports() {
-	local line found=1
-
-	dmesg -c > /tmp/soak.klog
-	[ "${SOAK_UNWIND:-}" = "" ] || soak_unwind_time >> /tmp/soak.unwind
-	while IFS= read -r line; do
-		case $line in
-		*BUG:* | *WARNING:* | *Oops* | *KASAN* | *UBSAN* | *"kernel BUG at"* | \
-		*"general protection"* | *"list_add corruption"* | *"list_del corruption"* | \
-		*refcount_t:* | *"possible circular"* | *"possible recursive"* | \
-		*"inconsistent lock"* | *"INFO: task "*" blocked"* | *rcu_*stall* | \
-		*kmemleak:*"new suspected"*)
-			echo "$line" >> /tmp/soak.reports
-			found=0
-			;;
-		esac
-	done < /tmp/soak.klog
-	return $found
-}
-
 # soak_run CYCLES SEED FAULTS
 soak_run() {
 	local cycles=$1 n=0 reports leaks known start problem="" inst
@@ -382,33 +362,4 @@ soak_run() {
 	[ "$known" = 0 ] || echo "kmemleak: $known object(s) of SLUB's known sysfs_slab_add() leak (CVE-2024-25740, not in 6.1.192), not counted"
 	echo "soak: cycles=$n reports=$reports leaks=$leaks seconds=$(($(date +%s) - start))"
 	[ "$n" -eq "$cycles" ] && [ "$reports" = 0 ] && [ "$leaks" = 0 ] && [ -z "$problem" ]
-}
-
-# soak_stage WHAT: the end of the soak has come to WHAT (to the console).
-soak_stage() {
-	echo "soak: end: $1" > /dev/kmsg
-}
-
-# soak_kmemleak: "LEAKS KNOWN", the objects two scans call leaked
-# (kmemleak reports an object once it stayed unreferenced over two scans),
-# and how many of them are a leak known upstream: SLUB's sysfs_slab_add()
-# leaks a kmem_cache's kobject name when kobject_init_and_add() fails
-# (CVE-2024-25740, fixed by 2420baa8e046 "mm/slab: Allow cache creation to
-# proceed even if sysfs registration fails", not in 6.1.192); failslab hits
-# it through bioset_init() in __alloc_disk_node().  The first two other
-# reports go to stderr (the step's diagnostics).
-soak_kmemleak() {
-	local f=/sys/kernel/debug/kmemleak
-
-	[ -e $f ] || { echo "n/a 0"; return; }
-	echo scan > $f
-	sleep 1
-	echo scan > $f
-	awk '
-		function done() { if (!n) return; if (known) k++; else if (++other <= 2) printf "%s", text > "/dev/stderr" }
-		/^unreferenced object/ { done(); n++; known = 0; text = "" }
-		/sysfs_slab_add/ { known = 1 }
-		{ text = text $0 "\n" }
-		END { done(); print n + 0 - k, k + 0 }
-	' $f
 }
