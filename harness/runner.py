@@ -473,8 +473,11 @@ class Runner:
 		proof = f'  expected: {run["xfail"]}' if word == 'XFAIL' else ''
 		with self.print_lock:
 			self.done += 1
-			count = f'[{self.done}/{self.total}] ' if sys.stdout.isatty() else ''
-			print(f'{count}{word:<5} {name:<45} {run["seconds"]:5.1f}s{proof}', flush=True)
+			line = f'{word:<5} {name:<45} {run["seconds"]:5.1f}s{proof}'
+			if sys.stdout.isatty():
+				# One line a run on a terminal: the logs have the rest.
+				line = f'[{self.done}/{self.total}] {line}'[:shutil.get_terminal_size().columns]
+			print(line, flush=True)
 			for title in run['known_reports']:
 				print(f'      known report, not the series\' (docs/reliability.md): {title}', flush=True)
 
