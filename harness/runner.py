@@ -446,7 +446,7 @@ class Runner:
 			texts[name] = path.read_bytes().decode(errors='replace').replace('\r\n', '\n') if path.exists() else ''
 			path.write_text(texts[name])
 		ktap = verdict.parse_ktap(texts['ktap'], list(scenario.guest_steps))
-		verdict.compare_observations(scenario, ktap)
+		verdict.compare_observations(scenario, ktap, BUILD)
 		reports = verdict.console_reports(texts['console.log'])
 		if guestvm.stopping():
 			judged = verdict.Verdict('SKIP', 'interrupted')

@@ -31,6 +31,7 @@ from typing import Optional, Tuple
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
 sys.path.insert(0, str(HARNESS))
+import golden  # noqa: E402
 import plan  # noqa: E402
 import reports  # noqa: E402
 import verdict  # noqa: E402
@@ -60,6 +61,8 @@ class FakeBuild:
 			self.touch(f'initramfs/{variant}.cpio')
 		for image in plan.all_images():
 			self.touch(f'initramfs/images/{image}.cpio.gz')
+			self.touch(f'images/{image}.img')
+			(self.build / f'images/{image}.img.sums').write_text('0 fake\n')
 		(self.build / 'accel').write_text('tcg\n')
 		# Not under root: PATH cannot hold a ':'.
 		self.bin = pathlib.Path(tempfile.mkdtemp(prefix='raceblk-selftest-bin-'))
@@ -597,7 +600,7 @@ class Input(unittest.TestCase):
 
 	def test_parameter_without_fuzz_fails_the_check(self):
 		text = (HARNESS / 'scenarios').read_text()
-		text = re.sub(r'fuzz=io_delay_ms:\S+', 'no_module', text)
+		text = re.sub(r'fuzz=io_delay_ms:\S+', 'module=absent', text)
 		with tempfile.TemporaryDirectory() as tmp:
 			table = pathlib.Path(tmp) / 'scenarios'
 			table.write_text(text)
@@ -924,15 +927,15 @@ class HostJudges(unittest.TestCase):
 	"""The guest reports what an action saw ("# obs KEY=VALUE"); the host
 	compares it with what the case expects."""
 
-	ACTIONS = {'load', 'holder_open', 'holder_read', 'holder_close', 'nullb_held', 'release'}
+	ACTIONS = {'load', 'holder_open', 'holder_read', 'holder_close', 'nullb_held', 'release', 'reaped', 'partitions'}
 
-	def judged(self, words, ktap_text):
+	def judged(self, words, ktap_text, build=None):
 		split = [plan.split_step(w, self.ACTIONS) for w in words]
 		scenario = plan.Scenario(variant='vanilla', id='x', image='mbr-primary', params=(), console='-',
 					 steps=tuple(words), line=1, sent=tuple(s for s, _ in split),
 					 expected=tuple(e for _, e in split))
 		ktap = verdict.parse_ktap(ktap_text, list(scenario.guest_steps))
-		verdict.compare_observations(scenario, ktap)
+		verdict.compare_observations(scenario, ktap, build)
 		return ktap.steps
 
 	def test_the_guest_gets_no_expectation(self):
@@ -959,13 +962,31 @@ class HostJudges(unittest.TestCase):
 		self.assertFalse(self.judged(['nullb_held:1=load=ENOMEM,close=died'], text)[0].ok)
 		self.assertFalse(self.judged(['nullb_held:1=load=ENOMEM,close=hun'], text)[0].ok)
 
-	def test_a_default_expectation_holds_when_reported(self):
-		ok = '1..1\n# obs holder_read=OK\n# obs data=image\nok 1 holder_read\n'
-		bad = '1..1\n# obs holder_read=OK\n# obs data=md5 0123\nok 1 holder_read\n'
-		died = '1..1\n# obs holder_read=died\nok 1 holder_read\n'
-		self.assertTrue(self.judged(['holder_read=OK'], ok)[0].ok)
-		self.assertEqual(self.judged(['holder_read=OK'], bad)[0].mismatch, 'data=md5 0123, expected image')
-		self.assertTrue(self.judged(['holder_read=died'], died)[0].ok)
+	def test_an_action_name_says_what_it_expects(self):
+		ok = '1..1\n# obs left=yes\n# obs said=yes\nok 1 reaped\n'
+		late = '1..1\n# obs left=no\n# obs said=yes\nok 1 reaped\n'
+		self.assertTrue(self.judged(['reaped'], ok)[0].ok)
+		self.assertEqual(self.judged(['reaped'], late)[0].mismatch, 'left=no, expected yes')
+
+	def test_the_image_says_what_a_read_gives(self):
+		build = pathlib.Path(tempfile.mkdtemp(prefix='selftest-golden-'))
+		self.addCleanup(shutil.rmtree, build)
+		(build / 'images').mkdir()
+		(build / 'images/mbr-primary.img.sums').write_text('0 aaa\n1 bbb raceblk mbr-primary p1 sector 2048\n')
+		text = '1..1\n# obs holder_read=OK\n# obs nr=1\n# obs md5={}\nok 1 holder_read\n'
+		self.assertTrue(self.judged(['holder_read=OK'], text.format('bbb'), build)[0].ok)
+		self.assertEqual(self.judged(['holder_read=OK'], text.format('aaa'), build)[0].mismatch,
+				 'md5=aaa, expected bbb')
+		table = plan.TOP / 'images/mbr-primary.parted'
+		self.assertTrue(table.is_file())
+		parts = golden.Image('mbr-primary', build).partitions('vanilla')
+		self.assertEqual(parts[0][0], 1)
+		good = golden.table_text(parts)
+		kib = ' '.join(f'{n}:{size // 2}' for n, _, size in parts)
+		text = f'1..1\n# obs partitions={good}\n# obs proc_kib={{}}\nok 1 partitions\n'
+		self.assertTrue(self.judged(['partitions'], text.format(kib), build)[0].ok)
+		self.assertIn('proc=p1: /proc/partitions says 7 KiB',
+			      self.judged(['partitions'], text.format('1:7'), build)[0].mismatch)
 
 	def test_a_step_the_guest_could_not_act_on_stays_not_ok(self):
 		steps = self.judged(['holder_open:part=OK'], '1..1\n# obs holder_open=OK\nnot ok 1 holder_open:part\n')

@@ -8,9 +8,12 @@ and the kernel printed no crash line; or, for a row that expects a crash
 """
 
 import dataclasses
+import pathlib
 import re
 from typing import Dict, List, Optional, Tuple
 
+import golden
+import plan
 from guestvm import QUIET_AFTER_REPORT_S
 from plan import Scenario
 
@@ -186,9 +189,53 @@ class Step:
 
 
 OBS_PREFIX = 'obs '
-# What every case expects of an action when the action reports it: a
-# device read back (holder_read) gives the image's bytes.
-DEFAULT_EXPECTED = {'holder_read': {'data': 'image'}}
+# What a case expects of an action unless it says otherwise: the action's
+# name says it (stuck: kept for good; reaped: gone by itself).
+YES = ('free_disk_called', 'refused', 'version_magic', 'disagrees', 'ignored', 'oopsed', 'tainted',
+       'kernel_tainted', 'sd_attached')
+KEPT = {'state': 'Unloading', 'flags': '!-', 'initstate': 'going', 'kept': '1', 'logged': 'yes'}
+FIXED_DEFAULTS: Dict[str, Dict[str, str]] = {
+	**{name: {name: 'yes'} for name in YES},
+	'stuck': {'state': 'Live', 'flags': '!', 'initstate': 'live', 'unsafe': '1', 'logged': 'yes'},
+	'kept': KEPT, 'mod_kept': KEPT,
+	'reaped': {'left': 'yes', 'said': 'yes'}, 'mod_reaped': {'left': 'yes', 'said': 'yes'},
+	'released': {'released': 'at_failure|after_holders'},
+	'not_scanned': {'scan': 'none'},
+	'kmemleak': {'kmemleak': 'none'},
+}
+
+
+def default_expected(scenario: Scenario, name: str, observed: Dict[str, str],
+		     image: Optional[golden.Image]) -> Dict[str, str]:
+	"""What every case expects of action NAME (see FIXED_DEFAULTS), and
+	what the image says it must read: its golden table (partitions,
+	scanned_in_init) and its bytes (data, holder_read, read_done)."""
+	wanted = dict(FIXED_DEFAULTS.get(name, {}))
+	if image is None:
+		return wanted
+	series = plan.series_of(scenario.variant)
+	if name == 'partitions':
+		wanted['partitions'] = golden.table_text(image.partitions(series))
+		if 'proc_kib' in observed:
+			observed['proc'] = golden.kib_problems(observed.get('partitions', ''), observed['proc_kib']) or 'agrees'
+			wanted['proc'] = 'agrees'
+	elif name == 'scanned_in_init':
+		table = image.partitions(series)
+		wanted.update({'scan': golden.numbers_text(table), 'failed': 'yes'})
+		if table:
+			wanted['scan_when'] = 'in_init'
+	elif name == 'data':
+		sums = image.sums()
+		for number in [0] + [n for n, _, _ in image.partitions(series)]:
+			md5, stamp = sums.get(number, ('(no sum)', ''))
+			wanted[f'md5.{number}'] = md5
+			if stamp:
+				wanted[f'stamp.{number}'] = stamp
+	elif name == 'holder_read' and 'md5' in observed:
+		wanted['md5'] = image.sums().get(int(observed.get('nr', -1)), ('(no sum)', ''))[0]
+	elif name == 'read_done' and 'md5' in observed:
+		wanted['md5'] = image.head_md5(4096)
+	return wanted
 
 
 def expected_values(name: str, text: str) -> Dict[str, str]:
@@ -208,25 +255,29 @@ def value_matches(expected: str, observed: Optional[str]) -> bool:
 		   for alt in expected.split('|'))
 
 
-def mismatch_of(name: str, expected: Optional[str], observed: Dict[str, str]) -> str:
-	"""How OBSERVED differs from what the case (and DEFAULT_EXPECTED) say
-	of action NAME; '' when it does not."""
-	wanted = expected_values(name, expected) if expected is not None else {}
-	defaults = {k: v for k, v in DEFAULT_EXPECTED.get(name, {}).items() if k in observed}
+def mismatch_of(name: str, expected: Optional[str], observed: Dict[str, str],
+		defaults: Optional[Dict[str, str]] = None) -> str:
+	"""How OBSERVED differs from what the case (and DEFAULTS) say of action
+	NAME; '' when it does not."""
+	wanted = {**(defaults or {}), **(expected_values(name, expected) if expected is not None else {})}
 	problems = [f'{key}={observed.get(key, "(not reported)")}, expected {value}'
-		    for key, value in {**defaults, **wanted}.items() if not value_matches(value, observed.get(key))]
+		    for key, value in wanted.items() if not value_matches(value, observed.get(key))]
 	return '; '.join(problems)
 
 
-def compare_observations(scenario: Scenario, ktap: 'Ktap') -> None:
+def compare_observations(scenario: Scenario, ktap: 'Ktap', build: Optional[pathlib.Path] = None) -> None:
 	"""The host's judgement of each action the guest reported: a step the
 	guest could act on (ok) fails when what it saw is not what the case
-	expects.  Steps are named as the case writes them."""
+	expects.  Steps are named as the case writes them.  BUILD has the
+	images (None: no image defaults)."""
+	image = golden.Image(scenario.image, build) if build is not None else None
 	for step, word, expected in zip(ktap.steps, scenario.steps, scenario.expectations):
 		step.name, step.expected = word, expected
 		if not step.ok:
 			continue
-		step.mismatch = mismatch_of(plan_step_name(word), expected, step.observed)
+		name = plan_step_name(word)
+		defaults = default_expected(scenario, name, step.observed, image)
+		step.mismatch = mismatch_of(name, expected, step.observed, defaults)
 		if step.mismatch:
 			step.ok = False
 			step.diagnostics.append(f'observed {step.mismatch}')

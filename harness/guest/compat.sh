@@ -36,35 +36,31 @@ act_force_load() {
 	modctl_obs force_load force-load "$FOREIGN/$1.ko" $PARAMS
 }
 
-# loader_line PATTERN: the first kernel line matching the extended regex
-# (the loader's, or any other the kernel logged).
-loader_line() {
+# log_obs KEY PATTERN: whether a kernel line matches the extended regex
+# PATTERN (yes or no, as KEY; the line printed).
+log_obs() {
 	local line
 
-	line=$(dmesg | grep -E -e "$1" | head -n 1)
-	echo "kernel: ${line:-no line matching /$1/}"
-	[ -n "$line" ]
+	line=$(dmesg | grep -E -e "$2" | head -n 1)
+	echo "kernel: ${line:-no line matching /$2/}"
+	obs "$1" "$([ -n "$line" ] && echo yes || echo no)"
 }
 
-# version_magic: the loader refused raceblk's vermagic, saying what it
-# should be.
-step_version_magic() {
-	loader_line "raceblk: version magic '[^']*' should be '[^']*'"
+# version_magic: whether the loader refused raceblk's vermagic, saying
+# what it should be (yes or no).
+act_version_magic() {
+	log_obs version_magic "raceblk: version magic '[^']*' should be '[^']*'"
 }
 
-# disagrees=SYMBOL: the loader refused raceblk's CRC for SYMBOL.
-step_disagrees() {
-	loader_line "raceblk: disagrees about version of symbol $1\$"
+# disagrees:SYMBOL: whether the loader refused raceblk's CRC for SYMBOL.
+act_disagrees() {
+	log_obs disagrees "raceblk: disagrees about version of symbol $1\$"
 }
 
-# klog=WORDS: a kernel line contains WORDS (+ for a space).
-step_klog() {
-	loader_line "$(echo "$1" | tr + ' ')"
-}
-
-# kernel_tainted=FLAG: the kernel's taint mask has FLAG (F: a forced load,
-# bit 1; O: an out-of-tree module, bit 12).
-step_kernel_tainted() {
+# kernel_tainted:FLAG: whether the kernel's taint mask has FLAG (F: a
+# forced load, bit 1; R: a forced unload, bit 3; O: an out-of-tree module,
+# bit 12): yes or no.
+act_kernel_tainted() {
 	local mask bit
 
 	mask=$(cat /proc/sys/kernel/tainted)
@@ -75,15 +71,16 @@ step_kernel_tainted() {
 	*) echo "unknown taint $1"; return 1 ;;
 	esac
 	echo "/proc/sys/kernel/tainted: $mask (bit $1: $bit)"
-	[ $((mask & bit)) -ne 0 ]
+	obs kernel_tainted "$([ $((mask & bit)) -ne 0 ] && echo yes || echo no)"
 }
 
-# tainted=FLAG: raceblk carries taint FLAG in /proc/modules, and so does
-# the kernel.
-step_tainted() {
+# tainted:FLAG: whether raceblk carries taint FLAG in /proc/modules, and
+# the kernel too (kernel_tainted): yes or no each.
+act_tainted() {
 	local line
 
 	line=$(grep '^raceblk ' /proc/modules)
 	echo "/proc/modules: ${line:-no raceblk}"
-	echo "$line" | grep -q "([A-Z]*$1[A-Z]*)" && step_kernel_tainted "$1"
+	obs tainted "$(echo "$line" | grep -q "([A-Z]*$1[A-Z]*" && echo yes || echo no)"
+	act_kernel_tainted "$1"
 }

@@ -39,7 +39,8 @@ golden_table() {
 }
 
 # golden_partitions: "number start size" of each partition the image's
-# golden table lists (comments and blank lines dropped).
+# golden table lists (comments and blank lines dropped): device_of's
+# "part" (which partition an action opens; the host judges the tables).
 golden_partitions() {
 	awk '{ sub(/#.*/, "") } NF { print $1, $2, $3 }' "$(golden_table)"
 }
@@ -60,85 +61,39 @@ device_of() {
 	esac
 }
 
-# table_differences EXPECTED FOUND KIB: one line per partition where the
-# tables (files of "number start size") differ, in partition order, and
-# where /proc/partitions (KIB: "number KiB") disagrees with sysfs (awk
-# counts in doubles: not for sizes of 16 digits and more, as a partition
-# past the end can have).
-table_differences() {
-	awk '
-		FILENAME == ARGV[1] { want[$1] = $2 "+" $3; nr[$1] = 1; next }
-		FILENAME == ARGV[2] { got[$1] = $2 "+" $3; size[$1] = $3; nr[$1] = 1; next }
-		{ kib[$1] = $2 }
-		END {
-			for (n in nr) {
-				if (want[n] != got[n])
-					printf "%d p%s: expected %s, found %s\n", n, n,
-						want[n] == "" ? "none" : want[n], got[n] == "" ? "none" : got[n]
-				else if (length(size[n]) < 16 && kib[n] != int(size[n] / 2))
-					printf "%d p%s: /proc/partitions says %s KiB, sysfs %s sectors\n", n, n,
-						kib[n] == "" ? "nothing" : kib[n], size[n]
-			}
-		}
-	' "$1" "$2" "$3" | sort -n | cut -d' ' -f2-
-}
+# partitions: the partitions sysfs shows, "N:START+SIZE ..." (sectors), or
+# none, or "no DISK" when the disk is not there; proc_kib: their sizes in
+# /proc/partitions, "N:KIB ...".
+act_partitions() {
+	local table
 
-# partitions: sysfs and /proc/partitions show exactly the golden table;
-# otherwise the differences are printed row by row (start+size, sectors).
-step_partitions() {
-	local differences
-
-	golden_partitions > /tmp/expected.table
-	found_partitions > /tmp/found.table
-	awk -v p="$DISK$PART" 'index($4, p) == 1 && length($4) > length(p) { print substr($4, length(p) + 1), $3 }' \
-		/proc/partitions > /tmp/found.kib
-	differences=$(table_differences /tmp/expected.table /tmp/found.table /tmp/found.kib)
-	if [ -n "$differences" ]; then
-		echo "partition table differs from the golden one ($(basename "$(golden_table)")):"
-		echo "$differences" | sed 's/^/  /'
-		return 1
+	if [ ! -e "/sys/block/$DISK" ]; then
+		obs partitions "no $DISK"
+		return
 	fi
-	echo "$(wc -l < /tmp/found.table) partitions as golden:" \
-		"$(head -n 8 /tmp/found.table | tr '\n' ';')$([ "$(wc -l < /tmp/found.table)" -le 8 ] || echo ...)"
+	table=$(found_partitions | awk '{ printf "%s%s:%s+%s", NR > 1 ? " " : "", $1, $2, $3 }')
+	obs partitions "${table:-none}"
+	obs proc_kib "$(awk -v p="$DISK$PART" 'index($4, p) == 1 && length($4) > length(p) {
+		printf "%s%s:%s", n++ ? " " : "", substr($4, length(p) + 1), $3 }' /proc/partitions)"
 }
 
-# data: the disk and every partition read back the bytes of the image
-# (their md5 in the image's .sums), and a stamped partition starts with its
-# own stamp ("raceblk IMAGE pN sector START").  One md5sum and one head for
-# them all: a process costs milliseconds under TCG.
-step_data() {
-	local devices stamped problems
+# data: the md5 of the disk and of each partition sysfs shows
+# (md5.0 is the disk's, md5.N partition N's), and the first line of each
+# partition's first sector (stamp.N: "raceblk IMAGE pN sector START" on a
+# stamped image).  One md5sum and one head for them all: a process costs
+# milliseconds under TCG.
+act_data() {
+	local parts
 
-	# The disk and the partitions this kernel's golden table has (fixed
-	# makes fewer of a looping EBR chain than the image's sums list).
-	golden_partitions | cut -d' ' -f1 > /tmp/want.parts
-	awk 'FILENAME == ARGV[1] { keep[$1] = 1; next } $1 == 0 || keep[$1]' \
-		/tmp/want.parts "$GOLDEN/$IMAGE.sums" > /tmp/want.sums
-	awk -v d="/dev/$DISK" -v p="$PART" '{ print ($1 ? d p $1 : d), $2 }' \
-		/tmp/want.sums > /tmp/want.md5
-	awk -v d="/dev/$DISK" -v p="$PART" 'NF > 2 { dev = $1 ? d p $1 : d; $1 = $2 = ""; sub(/^ +/, ""); print dev, $0 }' \
-		/tmp/want.sums > /tmp/want.stamp
-	devices=$(cut -d' ' -f1 /tmp/want.md5)
-	stamped=$(cut -d' ' -f1 /tmp/want.stamp)
-	# shellcheck disable=SC2086 # device lists
-	md5sum $devices | awk '{ print $2, $1 }' > /tmp/got.md5
-	: > /tmp/got.stamp
+	parts=$(found_partitions | awk -v d="/dev/$DISK" -v p="$PART" '{ printf " %s%s%s", d, p, $1 }')
+	# shellcheck disable=SC2086 # a device list
+	md5sum "/dev/$DISK" $parts | awk -v d="/dev/$DISK" -v p="$PART" '{
+		nr = $2 == d ? 0 : substr($2, length(d p) + 1); print "obs md5." nr "=" $1 }'
+	[ -n "$parts" ] || return 0
 	# shellcheck disable=SC2086
-	[ -z "$stamped" ] || head -v -n 1 $stamped |
-		awk '/^==> .* <==$/ { dev = $2; first = 1; next } first { print dev, $0; first = 0 }' | tr -d '\0' > /tmp/got.stamp
-	problems=$(awk '
-		FILENAME == ARGV[1] { md5[$1] = $2; next }
-		FILENAME == ARGV[2] { dev = $1; sub(/^[^ ]+ /, ""); stamp[dev] = $0; next }
-		FILENAME == ARGV[3] { if (md5[$1] != $2) print $1 ": md5 " md5[$1] ", expected " $2; next }
-		{ dev = $1; sub(/^[^ ]+ /, "")
-		  if (stamp[dev] != $0) print dev ": first sector says \"" stamp[dev] "\", expected \"" $0 "\"" }
-	' /tmp/got.md5 /tmp/got.stamp /tmp/want.md5 /tmp/want.stamp 2>&1)
-	if [ -n "$problems" ]; then
-		echo "$problems"
-		return 1
-	fi
-	echo "$DISK and $(($(wc -l < /tmp/want.md5) - 1)) partitions read back as in the image," \
-		"$(wc -l < /tmp/want.stamp) with their own stamp"
+	head -v -n 1 $parts 2>/dev/null | tr -d '\0' | awk -v d="/dev/$DISK" -v p="$PART" '
+		/^==> .* <==$/ { dev = $2; first = 1; next }
+		first { first = 0; print "obs stamp." substr(dev, length(d p) + 1) "=" substr($0, 1, 80) }'
 }
 
 # sparse_image:NAME:MIB: a sparse image of MIB MiB of zeros under
@@ -151,21 +106,6 @@ act_sparse_image() {
 	truncate -s "${1#*:}M" "$file" && echo "$file: $(stat -c %s "$file") bytes, sparse"
 }
 
-# no_partitions: the disk is there, without partitions.
-step_no_partitions() {
-	local found
-
-	found=$(found_partitions)
-	grep " $DISK" /proc/partitions
-	[ -e /sys/block/"$DISK" ] || { echo "no $DISK"; return 1; }
-	if [ -n "$found" ]; then
-		echo "partitions found:"
-		echo "$found"
-		return 1
-	fi
-	echo "$DISK has no partitions"
-}
-
 # open_disk: open the whole disk and read its first sector.
 act_open_disk() {
 	dd if=/dev/"$DISK" of=/dev/null bs=512 count=1 2>&1 | head -n 1
@@ -176,14 +116,15 @@ act_rereadpt() {
 	blockdev --rereadpt /dev/"$DISK" && echo "BLKRRPART on $DISK: OK"
 }
 
-# no_disk: the disk and its partitions are gone.
-step_no_disk() {
+# disk: whether the disk or any of its partitions is there (present or
+# absent), in /sys/block or /proc/partitions.
+act_disk() {
 	if [ -e /sys/block/"$DISK" ] || grep -q " $DISK" /proc/partitions; then
-		echo "$DISK still present:"
 		grep " $DISK" /proc/partitions
-		return 1
+		obs disk present
+	else
+		obs disk absent
 	fi
-	echo "no $DISK in /sys/block nor /proc/partitions"
 }
 
 # scan_line: the kernel's partition scan report for the disk, with its
@@ -192,31 +133,33 @@ scan_line() {
 	dmesg | grep -n "^\[[ 0-9.]*\]  $DISK:" | head -n 1
 }
 
-# scanned_in_init: the kernel listed the golden partitions while scanning
-# the disk, before init failed.  (A disk without partitions gives no scan
-# line; then no scan line may name one.)
-step_scanned_in_init() {
-	local expected scan found fail
+# scan_obs: the partitions the kernel's scan of the disk listed (scan:
+# their numbers, or none), whether init failed (failed: yes or no) and
+# whether the scan came before that (scan_when: in_init or after_failure).
+scan_obs() {
+	local scan fail
 
-	expected=$(golden_partitions | awk -v s="$SCAN" '{ printf " %s%s", s, $1 }')
 	scan=$(scan_line)
-	found=$(echo "${scan#*:}" | sed 's/^\[[ 0-9.]*\]  [^:]*://' | grep -o "${SCAN}[0-9]*" |
-		awk '{ printf " %s", $1 }')
 	fail=$(dmesg | grep -n "raceblk: failing init at" | head -n 1)
 	echo "scan: ${scan#*:}"
 	echo "fail: ${fail#*:}"
-	echo "partitions scanned:${found:- none}, golden:${expected:- none}"
-	[ "$found" = "$expected" ] && [ -n "$fail" ] || return 1
-	[ -z "$expected" ] || [ "${scan%%:*}" -lt "${fail%%:*}" ]
+	obs scan "$(echo "${scan#*:}" | sed 's/^\[[ 0-9.]*\]  [^:]*://' | grep -o "${SCAN}[0-9]*" |
+		sed "s/^$SCAN//" | paste -s -d ' ' | grep . || echo none)"
+	obs failed "$([ -n "$fail" ] && echo yes || echo no)"
+	if [ -n "$scan" ] && [ -n "$fail" ]; then
+		obs scan_when "$([ "${scan%%:*}" -lt "${fail%%:*}" ] && echo in_init || echo after_failure)"
+	fi
 }
 
-# not_scanned: the kernel never listed partitions of the disk.
-step_not_scanned() {
-	if dmesg | grep " $DISK: $SCAN"; then
-		echo "partitions of $DISK were scanned"
-		return 1
-	fi
-	echo "no partition scan of $DISK in the kernel log"
+# scanned_in_init: scan_obs; the host expects the golden partitions,
+# scanned before init failed.
+act_scanned_in_init() {
+	scan_obs
+}
+
+# not_scanned: scan_obs; the host expects no scan.
+act_not_scanned() {
+	scan_obs
 }
 
 # --- a partition past the end of the disk ----------------------------------
@@ -234,11 +177,11 @@ act_probe() {
 	done < /tmp/probe.out
 }
 
-# ignored=N: the kernel said it ignored partition N of the disk (the gpt
-# series: "DISK: GPT partition N ends at LBA ..., ignored", or the core's
-# "DISK: pN start ... size ... overflows, ignored").
-step_ignored() {
-	loader_line "\] $DISK: (GPT partition $1 |p$1 ).*, ignored\$"
+# ignored:N: whether the kernel said it ignored partition N of the disk
+# (yes or no: the gpt series' "DISK: GPT partition N ends at LBA ...,
+# ignored", or the core's "DISK: pN start ... size ... overflows, ignored").
+act_ignored() {
+	log_obs ignored "\] $DISK: (GPT partition $1 |p$1 ).*, ignored\$"
 }
 
 # past_end_refused: whether the driver logged that it refused a request
@@ -274,15 +217,16 @@ act_inflight() {
 	obs inflight "$found"
 }
 
-# read_done: the background read completed with the image's first 4 KiB.
-step_read_done() {
+# read_done: how the background read ended (OK, or dd's error, or its
+# fate), and the md5 of what it read.
+act_read_done() {
 	if ! settle "$(cat /tmp/bg.pid)" dd; then
-		echo "read: ${SETTLED:-$(cat /tmp/bg.err)}"
-		return 1
+		obs read_done "${SETTLED:-$(cat /tmp/bg.err)}"
+		return
 	fi
-	echo "read done: $(wc -c < /tmp/bg.data) bytes"
-	head -c 4096 "/lib/firmware/raceblk/$IMAGE.img" | cmp - /tmp/bg.data &&
-		echo "the image's first 4 KiB"
+	echo "read: $(wc -c < /tmp/bg.data) bytes"
+	obs read_done OK
+	obs md5 "$(md5sum < /tmp/bg.data | cut -d' ' -f1)"
 }
 
 # --- a reader stopped between two reads ------------------------------------

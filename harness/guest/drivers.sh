@@ -51,16 +51,18 @@ act_sd_scan() {
 	obs sd_scan "$when"
 }
 
-# sd_attached: raceblk backend=scsi scanned its host during init and sd
-# bound to its LUN before init went on (raceblk logs which).
-step_sd_attached() {
+# sd_attached: raceblk backend=scsi scanned its host during init: whether
+# sd bound to its LUN before init went on, as raceblk logs it (yes, or its
+# line, or "no scan line").
+act_sd_attached() {
 	local line
 
 	line=$(dmesg | grep -E 'raceblk: host[0-9]+: scanned, sd ' | head -n 1)
 	echo "${line:-no scan line from raceblk}"
 	case $line in
-	*"sd attached") ;;
-	*) return 1 ;;
+	*"sd attached") obs sd_attached yes ;;
+	"") obs sd_attached "no scan line" ;;
+	*) obs sd_attached "${line##*scanned, }" ;;
 	esac
 }
 

@@ -69,13 +69,14 @@ act_notify() {
 	obs notify "${got:-none}"
 }
 
-# no_module: raceblk is not loaded (freed, not left behind).
-step_no_module() {
-	if grep '^raceblk ' /proc/modules; then
-		echo "raceblk is still in /proc/modules"
-		return 1
-	fi
-	echo "raceblk not in /proc/modules"
+# module: raceblk's state in /proc/modules (Live, Loading, Unloading), or
+# absent.
+act_module() {
+	local line
+
+	line=$(grep '^raceblk ' /proc/modules)
+	echo "${line:-raceblk not in /proc/modules}"
+	obs module "$(echo "$line" | awk '{ print $5 }' | grep . || echo absent)"
 }
 
 # unload_mod:MODULE: delete_module(MODULE, O_NONBLOCK).
@@ -89,110 +90,94 @@ act_force_unload_mod() {
 	modctl_obs force_unload_mod unload "$1" force
 }
 
-# refused=MODULE: try_module_get() refused MODULE during its init, with
-# the warning that names it and the caller.
-step_refused() {
-	local line
-
-	line=$(dmesg | grep -F "$1: try_module_get() from" | head -n 1)
-	echo "warning: ${line:-no try_module_get() warning naming $1}"
-	[ -n "$line" ]
+# refused:MODULE: whether try_module_get() refused MODULE during its init,
+# with the warning that names it and the caller (yes or no).
+act_refused() {
+	log_obs refused "$1: try_module_get\(\) from"
 }
 
-# module_marked MODULE STATE FLAGS INITSTATE ATTR TEXT...: MODULE is listed
-# as STATE with FLAGS (its /proc/modules flags end so), its initstate is
-# INITSTATE, /sys/module/MODULE/ATTR reads 1, and for each TEXT the log has
-# a line of MODULE's ("MODULE: ...") with TEXT in it.
-module_marked() {
-	local module=$1 state=$2 flags=$3 initstate_wanted=$4 attr=$5 line found proc initstate flag status=0
+# module_facts MODULE ATTR TEXT...: MODULE's state and flags in
+# /proc/modules (state; flags: the state marks, taint letters left out),
+# its initstate, /sys/module/MODULE/ATTR (as ATTR), and whether the log
+# has a line of MODULE's with each TEXT (logged: yes or no).
+module_facts() {
+	local module=$1 attr=$2 line found logged=yes
 
-	shift 5
+	shift 2
 	for line in "$@"; do
 		found=$(dmesg | grep -F "] $module: " | grep -F "$line" | head -n 1)
 		echo "log: ${found:-no line \"$module: ...$line...\"}"
-		[ -n "$found" ] || status=1
+		[ -n "$found" ] || logged=no
 	done
-	proc=$(grep "^$module " /proc/modules)
-	initstate=$(cat "/sys/module/$module/initstate" 2>&1)
-	flag=$(cat "/sys/module/$module/$attr" 2>&1)
-	echo "/proc/modules: ${proc:-no $module}"
-	echo "/sys/module/$module: initstate $initstate, $attr $flag"
-	case $proc in *" $state "*"$flags)") ;; *) status=1 ;; esac
-	[ "$initstate" = "$initstate_wanted" ] || status=1
-	[ "$flag" = 1 ] || status=1
-	return $status
+	line=$(grep "^$module " /proc/modules)
+	echo "/proc/modules: ${line:-no $module}"
+	obs state "$(echo "$line" | awk '{ print $5 }' | grep . || echo absent)"
+	obs flags "$(echo "$line" | sed -n 's/.*(\([^)]*\))$/\1/p' | tr -d '[:upper:]')"
+	obs initstate "$(cat "/sys/module/$module/initstate" 2>&1)"
+	obs "$attr" "$(cat "/sys/module/$module/$attr" 2>&1)"
+	obs logged "$logged"
 }
 
-# stuck: raceblk's init failed after it was made live (rusty), so it is
-# kept for good: logged as unsafe and stuck, Live with the "!" flag.
-step_stuck() {
-	module_marked raceblk Live '!' live unsafe \
-		"cannot be unloaded due to unsafe usage" "module is now stuck"
+# stuck: module_facts of raceblk, whose init failed after it was made live
+# (rusty): the host expects it kept for good, logged as unsafe and stuck,
+# Live with the "!" flag.
+act_stuck() {
+	module_facts raceblk unsafe "cannot be unloaded due to unsafe usage" "module is now stuck"
 }
 
-# mod_kept=MODULE: MODULE's init failed while something held it (fixed),
-# so it is kept until the last holder lets go: logged, Unloading with the
-# "!" flag, /sys/module/MODULE/kept 1.
-step_mod_kept() {
-	module_marked "$1" Unloading '!-' going kept "init failed with" \
-		"reference(s) held it: kept until the last one is dropped"
+# mod_kept:MODULE: module_facts of MODULE, whose init failed while
+# something held it (fixed): the host expects it kept until the last holder
+# lets go, logged, Unloading with the "!" flag, kept 1.
+act_mod_kept() {
+	module_facts "$1" kept "init failed with" "reference(s) held it: kept until the last one is dropped"
 }
 
-# kept: mod_kept=raceblk.
-step_kept() {
-	step_mod_kept raceblk
+# kept: mod_kept:raceblk.
+act_kept() {
+	act_mod_kept raceblk
 }
 
-# mod_reaped=MODULE: MODULE, kept after its failed init, leaves
-# /proc/modules by itself (no rmmod) within 10 s of this step, as the log
-# says it does once its last holder lets go.
-step_mod_reaped() {
+# mod_reaped:MODULE: whether MODULE, kept after its failed init, left
+# /proc/modules by itself (no rmmod) within 10 s of this action (left: yes
+# or no), and whether the log says its last holder let go (said).
+act_mod_reaped() {
 	local waited=0 line
 
-	while grep -q "^$1 " /proc/modules; do
-		if [ "$waited" -ge 10000 ]; then
-			echo "$1 still in /proc/modules after 10 s"
-			grep "^$1 " /proc/modules
-			return 1
-		fi
+	while grep -q "^$1 " /proc/modules && [ "$waited" -lt 10000 ]; do
 		sleep 0.05
 		waited=$((waited + 50))
 	done
+	grep "^$1 " /proc/modules
+	obs left "$(grep -q "^$1 " /proc/modules && echo no || echo yes)"
+	echo "waited ${waited} ms"
 	line=$(dmesg | grep -F "$1: its last holder let go: freeing it" | tail -n 1)
-	echo "$1 left /proc/modules without rmmod, within ${waited} ms"
 	echo "log: ${line:-no line \"$1: its last holder let go: freeing it\"}"
-	[ -n "$line" ]
+	obs said "$([ -n "$line" ] && echo yes || echo no)"
 }
 
-# reaped: mod_reaped=raceblk.
-step_reaped() {
-	step_mod_reaped raceblk
+# reaped: mod_reaped:raceblk.
+act_reaped() {
+	act_mod_reaped raceblk
 }
 
-# released: raceblk was freed when its init failed (nobody held it then),
-# or it was kept (someone did) and went by itself once they let go.
-step_released() {
+# released: what became of raceblk after its init failed: at_failure (it
+# was freed then: nobody held it), after_holders (it was kept, and went by
+# itself within 10 s once they let go), still_kept, or loaded (never said
+# kept, still there).
+act_released() {
 	if dmesg | grep -F "raceblk: init failed with" |
 		grep -qF "reference(s) held it: kept until the last one is dropped"; then
-		echo "raceblk was kept: something held it when its init failed"
-		step_reaped
-		return
+		poll 10 module_gone raceblk || true
+		obs released "$(module_gone raceblk && echo after_holders || echo still_kept)"
+	else
+		obs released "$(module_gone raceblk && echo at_failure || echo loaded)"
 	fi
-	if grep '^raceblk ' /proc/modules; then
-		echo "raceblk is still loaded, and was never said kept"
-		return 1
-	fi
-	echo "raceblk was freed when its init failed: nobody held it"
 }
 
-# free_disk_called: raceblk's ->free_disk (free_disk=1) freed the driver's
-# data, as the disk's last put calls it.
-step_free_disk_called() {
-	local want="$DISK: ->free_disk: freeing the driver's data" line
-
-	line=$(dmesg | grep -F "$want" | tail -n 1)
-	echo "log: ${line:-no line \"$want\"}"
-	[ -n "$line" ]
+# free_disk_called: whether raceblk's ->free_disk (free_disk=1) freed the
+# driver's data, as the disk's last put calls it (yes or no).
+act_free_disk_called() {
+	log_obs free_disk_called "$DISK: ->free_disk: freeing the driver's data"
 }
 
 # reload: raceblk loads again with nothing but the case's image (no
@@ -222,16 +207,17 @@ oops_seen() {
 	[ -n "$(oops_in "$OOPS_COMM")" ]
 }
 
-# oopsed=COMM:SECONDS: within SECONDS, an oops kills a task whose name
-# starts with COMM (a kworker running a freed module's work function).
-step_oopsed() {
+# oopsed:COMM:SECONDS: whether, within SECONDS, an oops kills a task whose
+# name starts with COMM (a kworker running a freed module's work
+# function): yes or no.
+act_oopsed() {
 	local line
 
 	OOPS_COMM=${1%%:*}
 	poll "${1#*:}" oops_seen || true
 	line=$(oops_in "$OOPS_COMM")
-	echo "oops: ${line:-none in a task named $OOPS_COMM* within ${1#*:} s}"
-	[ -n "$line" ]
+	echo "oops: ${line:-none in a task named $OOPS_COMM*}"
+	obs oopsed "$([ -n "$line" ] && echo yes || echo no)"
 }
 
 # initref:REF: initref.ko, whose init takes a reference on itself through
@@ -287,19 +273,23 @@ act_bg_done() {
 	obs bg_done "$ANSWER"
 }
 
-# pr_err=TEXT: the driver logged "raceblk: TEXT..." at KERN_ERR.
-step_pr_err() {
+# pr_err: the first thing raceblk logged at KERN_ERR, up to its first "=",
+# ":" or blank (the parameter it names: "fail_at" of "raceblk:
+# fail_at=bogus: ..."), or none.
+act_pr_err() {
 	local line
 
-	line=$(dmesg -r | grep '^<3>' | grep -F "raceblk: $1" | head -n 1)
-	echo "pr_err: ${line:-none starting with \"raceblk: $1\"}"
-	[ -n "$line" ]
+	line=$(dmesg -r | grep '^<3>' | grep -F "raceblk: " | head -n 1)
+	echo "pr_err: ${line:-none}"
+	line=${line#*raceblk: }
+	obs pr_err "$(echo "${line:-none}" | sed 's/[=: ].*//')"
 }
 
 # --- debug kernels ------------------------------------------------------------
 
-# kmemleak: a kmemleak scan now reports no leaked object.
-step_kmemleak() {
+# kmemleak: what a kmemleak scan now reports: none, or how many objects
+# (the first of them printed).  Not a debug kernel: it cannot act.
+act_kmemleak() {
 	local report
 
 	if [ ! -e /sys/kernel/debug/kmemleak ]; then
@@ -308,9 +298,6 @@ step_kmemleak() {
 	fi
 	echo scan > /sys/kernel/debug/kmemleak
 	report=$(cat /sys/kernel/debug/kmemleak)
-	if [ -n "$report" ]; then
-		echo "$report" | head -n 30
-		return 1
-	fi
-	echo "kmemleak scan: no leaked objects"
+	echo "$report" | head -n 30
+	obs kmemleak "$([ -z "$report" ] && echo none || echo "$(echo "$report" | grep -c '^unreferenced object') objects")"
 }

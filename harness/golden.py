@@ -1,0 +1,72 @@
+# SPDX-License-Identifier: GPL-2.0
+"""What the kernel must show of a disk image, read on the host: its golden
+table (images/NAME.expected, or images/NAME.SERIES.expected where that
+series' parsers make another table of it; a disk of the user's has its own
+under build/TREE/byo/) and its checksums (NAME.img.sums, written with the
+image: "number md5 [stamp]" a line, 0 for the whole disk).  The guest
+reports what it read; the host compares (verdict.py).
+"""
+
+import hashlib
+import pathlib
+from typing import Dict, List, Optional, Tuple
+
+HARNESS = pathlib.Path(__file__).resolve().parent
+TOP = HARNESS.parent
+
+# A partition of a golden table: number, start and size in sectors.
+Partition = Tuple[int, int, int]
+
+
+def rows(path: pathlib.Path) -> List[List[str]]:
+	"""The words of each line of PATH, comments and blank lines dropped."""
+	lines = (line.split('#', 1)[0].split() for line in path.read_text().splitlines())
+	return [words for words in lines if words]
+
+
+class Image:
+	"""An image the guests read: its golden table per series, its sums."""
+
+	def __init__(self, name: str, build: pathlib.Path, top: pathlib.Path = TOP):
+		self.name = name
+		own = build / 'byo' / name
+		self.dir = own if name.startswith('byo-') else top / 'images'
+		self.img = own / f'{name}.img' if name.startswith('byo-') else build / 'images' / f'{name}.img'
+
+	def table_path(self, series: str) -> pathlib.Path:
+		special = self.dir / f'{self.name}.{series}.expected'
+		return special if special.is_file() else self.dir / f'{self.name}.expected'
+
+	def partitions(self, series: str) -> List[Partition]:
+		return sorted((int(w[0]), int(w[1]), int(w[2])) for w in rows(self.table_path(series)))
+
+	def sums(self) -> Dict[int, Tuple[str, str]]:
+		"""Partition number (0: the disk): its md5, and the stamp its first
+		sector starts with ('' for none)."""
+		path = self.img.with_name(self.img.name + '.sums')
+		return {int(w[0]): (w[1], ' '.join(w[2:])) for w in rows(path)}
+
+	def head_md5(self, size: int) -> str:
+		with open(self.img, 'rb') as f:
+			return hashlib.md5(f.read(size)).hexdigest()
+
+
+def table_text(partitions: List[Partition]) -> str:
+	"""A table as the guest reports it: "1:2048+2048 2:4096+2", or none."""
+	return ' '.join(f'{n}:{start}+{size}' for n, start, size in partitions) or 'none'
+
+
+def numbers_text(partitions: List[Partition]) -> str:
+	return ' '.join(str(n) for n, _, _ in partitions) or 'none'
+
+
+def kib_problems(table: str, kib: str) -> Optional[str]:
+	"""Where /proc/partitions (KIB: "1:1024 2:1") disagrees with sysfs's
+	TABLE; None when it does not (a size of 16 digits and more, as a
+	partition past the end can have, is not compared)."""
+	sizes = {p.split(':')[0]: p.split('+')[1] for p in table.split() if '+' in p}
+	said = dict(p.split(':', 1) for p in kib.split() if ':' in p)
+	for number, size in sizes.items():
+		if len(size) < 16 and said.get(number) != str(int(size) // 2):
+			return f'p{number}: /proc/partitions says {said.get(number, "nothing")} KiB, sysfs {size} sectors'
+	return None
