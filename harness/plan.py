@@ -35,12 +35,10 @@ TOP = HARNESS.parent
 COLUMNS = ('id', 'variants', 'image', 'params', 'console', 'steps')
 COLUMN_SEP = re.compile(r'\s+\|\s+')
 ID_RE = re.compile(r'^[a-z][a-z0-9_]*$')
-# A step is a KTAP description: no '#' (ktap.rst), no glob character.
-# An action (act_NAME in harness/guest/*.sh) is NAME[:ARGS][=EXPECTED]:
-# the guest gets NAME[:ARGS] and reports what it saw; the host compares
-# that with EXPECTED.  A check of the guest's own (step_NAME) is
-# NAME[=ARG], sent whole.
-STEP_RE = re.compile(r'^([a-z][a-z0-9_]*)(?:=([^\s#*?\[]+))?$')
+# A step is an action of the guest's (act_NAME in harness/guest/*.sh),
+# written NAME[:ARGS][=EXPECTED]: the guest gets NAME[:ARGS] and reports
+# what it saw; the host compares that with EXPECTED.  What the guest gets
+# is a KTAP description: no '#' (ktap.rst), no glob character.
 ACTION_RE = re.compile(r'^([a-z][a-z0-9_]*)(?::([^\s#*?\[=]+))?(?:=([^\s#*?\[]+))?$')
 STEP_NAME_RE = re.compile(r'^[a-z][a-z0-9_]*')
 PARAM_RE = re.compile(r'^([a-z][a-z0-9_]*)=[^\s*?\[]*$')
@@ -66,7 +64,6 @@ class Known:
 	images: Set[str]
 	steps: Set[str]
 	params: Set[str]
-	actions: Set[str] = dataclasses.field(default_factory=set)
 
 
 def trees(top: pathlib.Path = TOP) -> List[str]:
@@ -87,7 +84,7 @@ def known_names(top: pathlib.Path = TOP) -> Known:
 	series = set().union(*(tree_series(t, top) for t in trees(top)))
 	images = {p.stem for p in (top / 'images').glob('*.parted')}
 	images |= {p.stem for p in (top / 'images').glob('*.patch')}
-	steps, actions = guest_steps(top)
+	steps = guest_actions(top)
 	# The driver's parameters: the kernel ignores a misspelt one (it logs
 	# "unknown parameter"), and the row would run with the defaults.
 	params = set(re.findall(r'^(?:module_param(?:_named|_cb)?|raceblk_int_param)\((\w+),',
@@ -95,23 +92,20 @@ def known_names(top: pathlib.Path = TOP) -> Known:
 	# SERIES-FRAGMENT: a series built with kernel-patches/config/FRAGMENT.config too.
 	fragments = {p.stem for p in (top / 'kernel-patches/config').glob('*.config')} - {'base'}
 	return Known(variants=series | {f'{v}-{f}' for v in series for f in fragments}, trees=set(trees(top)),
-		     images=images, steps=steps, params=params, actions=actions)
+		     images=images, steps=steps, params=params)
 
 
-def guest_steps(top: pathlib.Path = TOP) -> Tuple[Set[str], Set[str]]:
-	"""The guest's checks (step_NAME) and actions (act_NAME), from
-	harness/guest/*.sh."""
+def guest_actions(top: pathlib.Path = TOP) -> Set[str]:
+	"""The guest's actions: act_NAME in harness/guest/*.sh."""
 	text = '\n'.join(p.read_text() for p in sorted((top / 'harness/guest').glob('*.sh')))
-	return (set(re.findall(r'^step_([a-z0-9_]+)\(\)', text, re.MULTILINE)),
-		set(re.findall(r'^act_([a-z0-9_]+)\(\)', text, re.MULTILINE)))
+	return set(re.findall(r'^act_([a-z0-9_]+)\(\)', text, re.MULTILINE))
 
 
-def split_step(word: str, actions: Set[str]) -> Tuple[str, Optional[str]]:
+def split_step(word: str) -> Tuple[str, Optional[str]]:
 	"""What the guest runs of a step word, and what the host expects of it:
-	'holder_open:part=OK' -> ('holder_open:part', 'OK'); a check of the
-	guest's own goes whole, with no expectation."""
+	'holder_open:part=OK' -> ('holder_open:part', 'OK')."""
 	match = ACTION_RE.match(word)
-	if not match or match.group(1) not in actions:
+	if not match:
 		return word, None
 	sent = match.group(1) + (f':{match.group(2)}' if match.group(2) else '')
 	return sent, match.group(3)
@@ -196,15 +190,8 @@ def row_errors(row: Row, known: Known) -> Iterator[str]:
 			yield f'console regex "{row.console}": {err}'
 	if not row.steps:
 		yield 'no steps'
-	for word in row.steps:
-		name = STEP_NAME_RE.match(word)
-		if name and name.group() in known.actions:
-			if not ACTION_RE.match(word):
-				yield f'action "{word}": NAME[:ARGS][=EXPECTED]'
-		elif not STEP_RE.match(word):
-			yield f'step "{word}": NAME or NAME=ARG'
-		elif name.group() not in known.steps:
-			yield f'unknown step "{name.group()}" (no act_{name.group()} or step_{name.group()} in harness/guest/)'
+	yield from word_errors(row.steps, ACTION_RE, known.steps, 'step "{}": NAME[:ARGS][=EXPECTED]',
+			       'unknown step "{0}" (no act_{0} in harness/guest/*.sh)')
 
 
 def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]:
@@ -234,15 +221,15 @@ def check(path: pathlib.Path, known: Known, coverage: bool = False) -> List[str]
 
 
 def fuzz_errors(rows: List[Row], known: Known) -> Iterator[str]:
-	"""Every raceblk parameter has fuzz= steps, on every default kernel: a
+	"""Every raceblk parameter has fuzz: steps, on every default kernel: a
 	parameter added to the driver without them fails the check."""
 	for tree in sorted(known.trees):
 		for variant in default_variants():
-			fuzzed = {step[len('fuzz='):].split(':')[0] for row in rows
+			fuzzed = {step[len('fuzz:'):].split(':')[0] for row in rows
 				  if {'all', variant} & set(row_variants(row, tree))
-				  for step in row.steps if step.startswith('fuzz=')}
+				  for step in row.steps if step.startswith('fuzz:')}
 			for param in sorted(known.params - fuzzed):
-				yield f'raceblk parameter "{param}" has no fuzz= step on {variant}@{tree}'
+				yield f'raceblk parameter "{param}" has no fuzz: step on {variant}@{tree}'
 
 
 def variant_errors(variants: List[str], known: Known) -> List[str]:
@@ -328,14 +315,14 @@ def row_images(row: Row, own_image: Optional[str], top: pathlib.Path = TOP) -> L
 	return [DEFAULT_IMAGE if row.image == 'any' else row.image]
 
 
-def resolve(row: Row, variant: str, image: str, actions: Set[str] = frozenset()) -> Scenario:
+def resolve(row: Row, variant: str, image: str) -> Scenario:
 	"""The row as the guest runs it: the image named in params unless they
 	name one, the machine taken out of them."""
 	machine = next((p.split('=', 1)[1] for p in row.params if p.startswith('machine=')), MACHINES[0])
 	params = tuple(p for p in row.params if not p.startswith('machine='))
 	if not any(p.startswith('image=') for p in params):
 		params = (f'image=raceblk/{image}.img',) + params
-	split = [split_step(word, actions) for word in row.steps]
+	split = [split_step(word) for word in row.steps]
 	return Scenario(variant=variant, id=row.id, image=image, params=params,
 			console=row.console, steps=row.steps, line=row.line, machine=machine,
 			sent=tuple(s for s, _ in split), expected=tuple(e for _, e in split))
@@ -348,13 +335,12 @@ def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] 
 	rows, _ = parse(path)
 	row_only = row_only_variants(top)
 	tree = tree or current_tree()
-	_, actions = guest_steps(top)
 	plan = []
 	for row in rows:
 		names = row_variants(row, tree)
 		for variant in variants:
 			if ('all' in names and variant not in row_only) or variant in names:
-				plan += [resolve(row, variant, image, actions) for image in row_images(row, own_image, top)]
+				plan += [resolve(row, variant, image) for image in row_images(row, own_image, top)]
 	return plan
 
 

@@ -202,7 +202,51 @@ FIXED_DEFAULTS: Dict[str, Dict[str, str]] = {
 	'released': {'released': 'at_failure|after_holders'},
 	'not_scanned': {'scan': 'none'},
 	'kmemleak': {'kmemleak': 'none'},
+	'churn_done': {'churners': 'ok', 'opened': '>0'},
+	'prober_done': {'probers': 'ok', 'opened': 'yes'},
+	'vermagic': {'differs': 'yes'},
 }
+# What an rmmod may give while loads race it: OK, ENOENT (none loaded),
+# EBUSY (one coming), EAGAIN (kept while held).
+RMMOD_LOOP_ANSWERS = {'OK', 'ENOENT', 'EBUSY', 'EAGAIN'}
+
+
+def args_of(word: str) -> List[str]:
+	"""'reload_race:5=...' -> ['5']: an action's ARGS, split at ':'."""
+	match = plan.ACTION_RE.match(word)
+	return match.group(2).split(':') if match and match.group(2) else []
+
+
+def fuzz_expected(args: List[str], expected: str) -> Dict[str, str]:
+	"""fuzz:NAME:VALUE=EXPECTED: an errno: refused, with the error line of
+	the one who refused it (the kernel for a missing value or an overlong
+	string, else the driver); OK: loaded (an unknown NAME warned about) and
+	unloaded; a number: loaded with NAME reading it."""
+	if expected == 'OK' or expected.isdigit():
+		wanted = {'fuzz': 'OK', 'unload': 'OK'}
+		if expected.isdigit():
+			wanted['param'] = expected
+		return wanted
+	error = 'noval' if args[1:2] == ['noval'] else 'too_long' if expected == 'ENOSPC' else 'driver'
+	return {'fuzz': expected, 'error': error}
+
+
+def derived_expected(name: str, args: List[str], observed: Dict[str, str]) -> Dict[str, str]:
+	"""Expectations that read the action's arguments or compare two of its
+	observations (what they derive is added to OBSERVED)."""
+	if name == 'fuzz' and observed.get('fuzz') == 'OK' and observed.get('param') == 'absent':
+		return {'warned': 'yes'}
+	if name == 'vermagic':
+		module = observed.get('module', '')
+		observed['differs'] = 'yes' if module and module != observed.get('kernel') else 'no'
+	if name == 'reload_race':
+		answers = set(observed.get('rmmod_loop', '').split(','))
+		observed['rmmod_answers'] = 'expected' if answers <= RMMOD_LOOP_ANSWERS else observed.get('rmmod_loop', '')
+		return {'raced': f'>={args[0]}', 'loads': 'EIO', 'churners': 'ok', 'rmmod_answers': 'expected',
+			'gone': 'yes'}
+	if name == 'soak':
+		return {'cycles': args[0], 'reports': '0', 'leaks': '0', 'problems': 'none'}
+	return {}
 
 
 def default_expected(scenario: Scenario, name: str, observed: Dict[str, str],
@@ -248,11 +292,19 @@ def expected_values(name: str, text: str) -> Dict[str, str]:
 
 def value_matches(expected: str, observed: Optional[str]) -> bool:
 	"""EXPECTED may list alternatives ("hung|unheld"); a fate matches by its
-	first word ("hung" is "hung in bdev_release")."""
+	first word ("hung" is "hung in bdev_release"); ">N" and ">=N" compare
+	numbers."""
 	if observed is None:
 		return False
 	return any(observed == alt or (alt in ('died', 'hung') and observed.split(' ', 1)[0] == alt)
-		   for alt in expected.split('|'))
+		   or number_matches(alt, observed) for alt in expected.split('|'))
+
+
+def number_matches(expected: str, observed: str) -> bool:
+	match = re.fullmatch(r'(>=?)(\d+)', expected)
+	if not match or not observed.isdigit():
+		return False
+	return int(observed) >= int(match.group(2)) + (match.group(1) == '>')
 
 
 def mismatch_of(name: str, expected: Optional[str], observed: Dict[str, str],
@@ -277,6 +329,10 @@ def compare_observations(scenario: Scenario, ktap: 'Ktap', build: Optional[pathl
 			continue
 		name = plan_step_name(word)
 		defaults = default_expected(scenario, name, step.observed, image)
+		defaults.update(derived_expected(name, args_of(word), step.observed))
+		if name == 'fuzz':
+			defaults.update(fuzz_expected(args_of(word), expected or ''))
+			expected = None
 		step.mismatch = mismatch_of(name, expected, step.observed, defaults)
 		if step.mismatch:
 			step.ok = False

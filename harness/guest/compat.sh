@@ -11,16 +11,11 @@ vermagic_of() {
 	tr '\0' '\n' < "$1" | sed -n 's/^vermagic=//p'
 }
 
-# vermagic=NAME: print the kernel's vermagic and NAME's side by side (the
-# kernel's is that of raceblk.ko built for it, which it accepts); they
-# must differ.
-step_vermagic() {
-	local kernel module
-
-	kernel=$(vermagic_of "$KO")
-	module=$(vermagic_of "$FOREIGN/$1.ko")
-	echo "vermagic: kernel '$kernel' | $1.ko '$module'"
-	[ -n "$module" ] && [ "$kernel" != "$module" ]
+# vermagic:NAME: the kernel's vermagic (that of raceblk.ko built for it,
+# which it accepts: kernel) and NAME.ko's (module).
+act_vermagic() {
+	obs kernel "$(vermagic_of "$KO")"
+	obs module "$(vermagic_of "$FOREIGN/$1.ko")"
 }
 
 # load_foreign:NAME: finit_module(NAME.ko) with the case's parameters.

@@ -1,18 +1,18 @@
-# Hostile parameters (one load per value), and make soak's step.
-
-# --- make soak ----------------------------------------------------------------
-
-# soak=CYCLES:SEED[:MODE]: harness/guest/soak.sh's cycles of load, hold,
-# fail and unload on raceblk's instances, racing openers (make soak).
-step_soak() {
-	local cycles=${1%%:*} rest=${1#*:}
+# soak:CYCLES:SEED[:MODE]: harness/guest/soak.sh's cycles of load, hold,
+# fail and unload on raceblk's instances, racing openers (make soak): how
+# many cycles ran, the kernel reports and leaks it saw, and its problems
+# (none, or what went wrong outside the kernel's reports).
+act_soak() {
+	local cycles=${1%%:*} rest=${1#*:} mode=""
 
 	# shellcheck source=harness/guest/soak.sh
 	. /lib/raceblk/soak.sh
-	case $rest in
-	*:*) soak_run "$cycles" "${rest%%:*}" "${rest#*:}" ;;
-	*) soak_run "$cycles" "$rest" "" ;;
-	esac
+	case $rest in *:*) mode=${rest#*:} rest=${rest%%:*} ;; esac
+	soak_run "$cycles" "$rest" "$mode" || true
+	obs cycles "$SOAK_CYCLES"
+	obs reports "$SOAK_REPORTS"
+	obs leaks "$SOAK_LEAKS"
+	obs problems "${SOAK_PROBLEM:-none}"
 }
 
 # --- parameter fuzz ----------------------------------------------------------
@@ -38,66 +38,50 @@ log_since() {
 	dmesg -r | sed -n "/harness: $1\$/,\$p" | sed 1d
 }
 
-# fuzz=NAME:VALUE:EXPECT: finit_module(raceblk, "NAME=VALUE") gives EXPECT.
-# An errno name: the load fails with it, and the driver logged an error
-# (<3>) "raceblk: NAME=VALUE: ..." meanwhile (for a missing value the
-# kernel's "invalid for parameter `NAME'", for an overlong string its
-# "NAME: string parameter too long").  OK: it loads (NAME unknown to raceblk: the
-# kernel warned that it ignored it); a number: it loads and NAME reads
-# back that number.  A load that succeeds is unloaded again.
-step_fuzz() {
-	local name=${1%%:*} value=${1#*:} expect=${1##*:} word got errors
+# fuzz:NAME:VALUE: finit_module(raceblk, "NAME=VALUE"), VALUE as
+# fuzz_value spells it: what the load gave (fuzz).  Loaded: what
+# parameters/NAME reads (param, or absent), whether the kernel warned that
+# it ignored an unknown NAME (warned), and what the unload gave (unload).
+# Refused: which error line was logged meanwhile (error: driver, the
+# driver's own "raceblk: NAME=VALUE: why"; noval, the kernel's "invalid
+# for parameter `NAME'"; too_long, its "NAME: string parameter too long";
+# or none).
+act_fuzz() {
+	local name=${1%%:*} value=${1#*:} word got errors
 
-	value=${value%:*}
 	word=$(fuzz_value "$name" "$value")
 	FUZZ_SEQ=$((FUZZ_SEQ + 1))
 	echo "harness: fuzz $FUZZ_SEQ" > /dev/kmsg
 	got=$(modctl load "$KO" "$word")
-	printf 'finit_module(raceblk, "%.60s%s"): %s\n' "$word" \
-		"$([ ${#word} -gt 60 ] && echo "... (${#word} bytes)")" "$got"
-	case $expect in
-	OK | [0-9]*)
-		[ "$got" = OK ] || { echo "expected OK"; return 1; }
-		if [ ! -e "/sys/module/raceblk/parameters/$name" ]; then
-			log_since "fuzz $FUZZ_SEQ" | grep -F "unknown parameter '$name' ignored" ||
-				{ echo "no parameter $name, and no warning"; return 1; }
-		fi
-		if [ "$expect" != OK ]; then
-			got=$(cat "/sys/module/raceblk/parameters/$name" 2>&1)
-			echo "parameters/$name: $got, expected $expect"
-			[ "$got" = "$expect" ] || return 1
-		fi
-		got=$(modctl unload raceblk)
-		echo "unload: $got"
-		[ "$got" = OK ]
-		;;
-	*)
-		[ "$got" = "$expect" ] || { echo "expected $expect"; return 1; }
-		errors=$(log_since "fuzz $FUZZ_SEQ" | grep '^<3>' | cut -c 1-160)
-		echo "${errors:-no error line}"
-		# The driver's own pr_err, "raceblk: NAME=VALUE: why"; the kernel
-		# alone answers a missing value and an overlong string.
-		case $value:$expect in
-		noval:*) echo "$errors" | grep -q -F "invalid for parameter \`$name'" ;;
-		*:ENOSPC) echo "$errors" | grep -q -F "$name: string parameter too long" ;;
-		*) echo "$errors" | grep -q -F "raceblk: $name=" ;;
-		esac
-		;;
-	esac
+	printf 'finit_module(raceblk, "%.60s%s")\n' "$word" "$([ ${#word} -gt 60 ] && echo "... (${#word} bytes)")"
+	obs fuzz "$got"
+	if [ "$got" = OK ]; then
+		obs param "$(cat "/sys/module/raceblk/parameters/$name" 2>/dev/null || echo absent)"
+		obs warned "$(log_since "fuzz $FUZZ_SEQ" | grep -qF "unknown parameter '$name' ignored" && echo yes || echo no)"
+		obs unload "$(modctl unload raceblk)"
+		return
+	fi
+	errors=$(log_since "fuzz $FUZZ_SEQ" | grep '^<3>' | cut -c 1-160)
+	echo "${errors:-no error line}"
+	if echo "$errors" | grep -q -F "invalid for parameter \`$name'"; then
+		obs error noval
+	elif echo "$errors" | grep -q -F "$name: string parameter too long"; then
+		obs error too_long
+	elif echo "$errors" | grep -q -F "raceblk: $name="; then
+		obs error driver
+	else
+		obs error none
+	fi
 }
 
-# param_write=NAME:VALUE:EXPECT: one write() of VALUE (as fuzz= spells it,
-# without the name) to /sys/module/raceblk/parameters/NAME gives EXPECT
-# (OK or an errno name).
-step_param_write() {
-	local name=${1%%:*} value=${1#*:} expect=${1##*:}
+# param_write:NAME:VALUE: one write() of VALUE (as fuzz spells it, without
+# the name) to /sys/module/raceblk/parameters/NAME: OK or an errno name.
+act_param_write() {
+	local name=${1%%:*} value=${1#*:}
 
-	value=${value%:*}
 	value=$(fuzz_value "$name" "$value")
 	value=${value#"$name"}
 	value=${value#=}
-	got=$(modctl write "/sys/module/raceblk/parameters/$name" "$value")
-	printf 'write(parameters/%s, "%.60s%s"): %s, expected %s\n' "$name" "$value" \
-		"$([ ${#value} -gt 60 ] && echo "... (${#value} bytes)")" "$got" "$expect"
-	[ "$got" = "$expect" ]
+	printf 'write(parameters/%s, "%.60s%s")\n' "$name" "$value" "$([ ${#value} -gt 60 ] && echo "... (${#value} bytes)")"
+	obs param_write "$(modctl write "/sys/module/raceblk/parameters/$name" "$value")"
 }

@@ -37,27 +37,21 @@ obs() {
 	echo "obs $key=$*"
 }
 
-# ktap_run_step STEP: run act_NAME [ARGS] for STEP = NAME[:ARGS] (an
-# action: it reports what it saw with obs), or step_NAME [ARG] for STEP =
-# NAME[=ARG] (a check of the guest's own, as steps were before actions);
-# its output becomes diagnostic lines, then "# time: S.CCs", its status
-# the result.  Steps run in this shell, not a subshell, so that what they
+# ktap_run_step STEP: run act_NAME [ARGS] for STEP = NAME[:ARGS], an
+# action that reports what it saw with obs; its output becomes diagnostic
+# lines, then "# time: S.CCs", its status the result (not ok: it could
+# not act).  Actions run in this shell, not a subshell, so that what they
 # start (a background load, the holder's file descriptors) outlives them.
 ktap_run_step() {
 	local step=$1 name func arg status=0 line start cs
 
-	name=${step%%[:=]*}
+	name=${step%%:*}
+	func=act_$name
 	arg=
-	if type "act_$name" >/dev/null 2>&1; then
-		func=act_$name
-		[ "$name" = "$step" ] || arg=${step#"$name":}
-	else
-		func=step_$name
-		[ "$name" = "$step" ] || arg=${step#"$name"=}
-	fi
+	[ "$name" = "$step" ] || arg=${step#"$name":}
 	KTAP_N=$((KTAP_N + 1))
 	if ! type "$func" >/dev/null 2>&1; then
-		ktap_line "not ok $KTAP_N $step # unknown step"
+		ktap_line "not ok $KTAP_N $step # unknown action"
 		return
 	fi
 	uptime_cs

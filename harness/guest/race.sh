@@ -1,13 +1,10 @@
-# Races without a gate: churners opening the disk in a loop, a udev-like
-# prober, an rmmod loop against failing loads.
-
-# churn_start=DEV[+DEV...][:HOLD_MS]: one process per DEV (see device_of)
+# churn_start:DEV[+DEV...][:HOLD_MS]: one process per DEV (see device_of)
 # opens it, reads its start and closes it in a loop, racing whatever init
 # does meanwhile; each open is kept 0 to HOLD_MS ms (drawn, default 0),
 # read again and again meanwhile, as a prober reads the disk it opened.
 # A churner stops when its device went away after it had opened it, after
 # CHURN_MS (10 s), or at churners_stop.
-step_churn_start() {
+act_churn_start() {
 	local devs=${1%%:*} hold=0 dev n=0 list=""
 
 	case $1 in *:*) hold=${1#*:} ;; esac
@@ -47,14 +44,16 @@ churner_settled() {
 		process_settled "$(cat "/tmp/churn.$1.pid")" blkhold
 }
 
-# churners_collect: every churner ran to the end; prints each one's line
-# and sets CHURNED, how often they opened in all.  Their lines are waited
-# for, not their exits: once, in 1 run of 50, the second churner's file
-# was still empty when "wait" had returned.
+# churners_collect: wait for every churner's line (blkhold writes it
+# whole, newline last) or its fate, print them, and set CHURNED (how often
+# they opened in all) and CHURN_PROBLEM (the first churner that did not
+# answer "churn OK", or ok).  Their lines are waited for, not their exits:
+# once, in 1 run of 50, the second churner's file was still empty when
+# "wait" had returned.
 churners_collect() {
-	local n pid got status=0
+	local n pid got
 
-	CHURNED=0
+	CHURNED=0 CHURN_PROBLEM=ok
 	for n in $(seq "$(cat /tmp/churners)"); do
 		pid=$(cat "/tmp/churn.$n.pid")
 		poll 20 churner_settled "$n" || true
@@ -67,17 +66,18 @@ churners_collect() {
 			got=${got#churn OK opened }
 			CHURNED=$((CHURNED + ${got%% *}))
 			;;
-		*) status=1 ;;
+		*) [ "$CHURN_PROBLEM" != ok ] || CHURN_PROBLEM="churner $n: $got" ;;
 		esac
 	done
-	return $status
 }
 
-# churn_done: every churner ran to the end, and they opened the disk at
-# least once: else they raced nothing.
-step_churn_done() {
-	churners_collect || return 1
-	[ "$CHURNED" -gt 0 ] || { echo "no churner ever opened its device"; return 1; }
+# churn_done: whether every churner ran to the end (churners: ok, or the
+# first that did not), and how often they opened their devices (opened:
+# none means they raced nothing).
+act_churn_done() {
+	churners_collect
+	obs churners "$CHURN_PROBLEM"
+	obs opened "$CHURNED"
 }
 
 # prober_on HOLD_MS: a udev-like prober: blkhold as the kernel's uevent
@@ -96,8 +96,8 @@ prober_off() {
 	rm -f /tmp/prober.hold
 }
 
-# prober_start[=HOLD_MS]: the prober on (see prober_on).
-step_prober_start() {
+# prober_start[:HOLD_MS]: the prober on (see prober_on).
+act_prober_start() {
 	prober_on "${1:-0}" || return 1
 	echo "the uevent helper opens every new block device, each kept 0-${1:-0} ms"
 }
@@ -123,11 +123,12 @@ no_blkhold_left() {
 	! pidof blkhold > /dev/null
 }
 
-# prober_done: the prober off, and every prober it ran finished; prints
-# what each opened.  It must have opened the disk or a partition: else it
-# raced nothing.
-step_prober_done() {
-	local pid status=0
+# prober_done: the prober off; whether every prober it ran finished
+# (probers: ok, or the first that did not and its fate), and whether one
+# opened the disk or a partition (opened: yes or no; else they raced
+# nothing).  What each opened is printed.
+act_prober_done() {
+	local pid problem=ok
 
 	prober_off
 	# A prober the kernel has forked may not have logged its begin yet.
@@ -135,15 +136,12 @@ step_prober_done() {
 	poll 1 probers_settled || true
 	awk '$1 == "end" { print "prober: " $3 " open " $5 " read " $7 }' /tmp/prober.log | sort | uniq -c
 	for pid in $(probers_unfinished); do
-		echo "prober $pid ($(awk -v p="$pid" '$2 == p { print $3 }' /tmp/prober.log)): $(fate "$pid" blkhold)"
-		status=1
+		[ "$problem" != ok ] ||
+			problem="prober $pid ($(awk -v p="$pid" '$2 == p { print $3 }' /tmp/prober.log)): $(fate "$pid" blkhold)"
 	done
+	obs probers "$problem"
 	# A partition's open takes the module reference as the disk's does.
-	if ! grep -qE "^end [0-9]+ ${DISK}(${PART}[0-9]+)? open OK " /tmp/prober.log; then
-		echo "no prober opened $DISK or a partition of it"
-		status=1
-	fi
-	return $status
+	obs opened "$(grep -qE "^end [0-9]+ ${DISK}(${PART}[0-9]+)? open OK " /tmp/prober.log && echo yes || echo no)"
 }
 
 # rmmod_loop_start NAME...: delete_module(NAME, O_NONBLOCK) of each NAME
@@ -164,55 +162,60 @@ rmmod_loop_start() {
 	RMMOD_LOOP=$!
 }
 
-# rmmod_loop_stop: stop the loop; fails when it is stuck, or when an rmmod
-# gave anything but OK, ENOENT (none loaded), EBUSY (one coming) or
-# EAGAIN (kept while held).
+# rmmod_loop_stop: stop the loop; RMMOD_LOOP_ANSWERS is what its rmmods
+# gave (sorted, without repeats: OK, ENOENT, EBUSY, EAGAIN...), or its fate
+# when it is stuck.
 rmmod_loop_stop() {
 	touch /tmp/rmmod.stop
-	# Its status is its last rmmod's: SETTLED says whether it ended.
 	settle "$RMMOD_LOOP" init || true
-	[ -z "$SETTLED" ] || { echo "rmmod loop: $SETTLED"; return 1; }
 	echo "rmmod loop: $(tally /tmp/rmmod.out)"
-	! grep -qvxE 'OK|ENOENT|EBUSY|EAGAIN' /tmp/rmmod.out
+	RMMOD_LOOP_ANSWERS=$(sort -u /tmp/rmmod.out | paste -s -d ,)
+	[ -z "$SETTLED" ] || RMMOD_LOOP_ANSWERS="rmmod loop $SETTLED"
 }
 
-# reload_race=ROUNDS: ROUNDS failing loads that raced, each raced by two
+# reload_race:ROUNDS: ROUNDS failing loads that raced, each raced by two
 # churners (the disk and its first partition, opens kept 0-200 ms, until
 # the load returned) and all of them by an rmmod loop.  A round whose
 # churners never opened the disk (the disk lives ~0.1 s; a busy host may
-# not run a churner in it) raced nothing and does not count; fewer than
-# ROUNDS that raced in 2 * ROUNDS loads fails.  A round starts once the
-# last one's module is gone: freed at its failure, or kept while a churner
-# held it and then freed by the loop.  Each load gives the row's load
-# errno (EIO).
-step_reload_race() {
-	local round=0 raced=0 got status=0 start gone loaded
+# not run a churner in it) raced nothing and does not count; at most
+# 2 * ROUNDS loads.  A round starts once the last one's module is gone:
+# freed at its failure, or kept while a churner held it and then freed by
+# the loop.  It reports how many raced (raced), what the loads gave
+# (loads: their answers, sorted, without repeats), the churners' first
+# problem (churners), what the rmmod loop's rmmods gave (rmmod_loop) and
+# whether raceblk was gone at each round's start and at the end (gone).
+act_reload_race() {
+	local round=0 raced=0 got start gone loaded problem=ok left=yes
 
 	rmmod_loop_start raceblk
-	while [ "$raced" -lt "$1" ] && [ "$round" -lt $(($1 * 2)) ] && [ "$status" = 0 ]; do
+	: > /tmp/reload.loads
+	while [ "$raced" -lt "$1" ] && [ "$round" -lt $(($1 * 2)) ]; do
 		round=$((round + 1))
 		uptime_cs; start=$UPTIME_CS
-		poll 10 module_gone raceblk || { echo "round $round: raceblk still loaded"; status=1; break; }
+		poll 10 module_gone raceblk || { echo "round $round: raceblk still loaded"; left=no; break; }
 		uptime_cs; gone=$UPTIME_CS
-		CHURN_MS=30000 step_churn_start "disk+part:200" > /dev/null
+		CHURN_MS=30000 act_churn_start "disk+part:200" > /dev/null
 		# shellcheck disable=SC2086 # PARAMS is a word list
 		got=$(or_died modctl "$(modctl load "$KO" $PARAMS)")
+		echo "$got" >> /tmp/reload.loads
 		uptime_cs; loaded=$UPTIME_CS
 		churners_stop
-		churners_collect > /tmp/churn.out || { cat /tmp/churn.out; status=1; }
+		churners_collect > /tmp/churn.out
+		[ "$CHURN_PROBLEM" = ok ] || { cat /tmp/churn.out; [ "$problem" != ok ] || problem=$CHURN_PROBLEM; }
 		uptime_cs
 		echo "round $round: load $got, churners opened $CHURNED times" \
 			"(cs: gone $((gone - start)) load $((loaded - gone)) churners $((UPTIME_CS - loaded)))"
-		[ "$got" = EIO ] || status=1
 		if [ "$CHURNED" -gt 0 ]; then
 			raced=$((raced + 1))
 		else
 			echo "round $round: no churner opened the disk: it raced nothing, not counted"
 		fi
 	done
-	echo "$raced of $round loads raced, $1 wanted"
-	[ "$raced" -ge "$1" ] || status=1
-	poll 10 module_gone raceblk || { echo "raceblk still loaded after the last round"; status=1; }
-	rmmod_loop_stop || status=1
-	return $status
+	poll 10 module_gone raceblk || { echo "raceblk still loaded after the last round"; left=no; }
+	rmmod_loop_stop
+	obs raced "$raced"
+	obs loads "$(sort -u /tmp/reload.loads | paste -s -d ,)"
+	obs churners "$problem"
+	obs rmmod_loop "$RMMOD_LOOP_ANSWERS"
+	obs gone "$left"
 }

@@ -1,4 +1,4 @@
-# make soak's guest side: the step soak=CYCLES:SEED[:MODE] (fuzz.sh), MODE
+# make soak's guest side: the action soak:CYCLES:SEED[:MODE] (fuzz.sh), MODE
 # faults, ungated, ungated-openers, ungated-prober or ungated-reload.
 #
 # Each cycle loads one of raceblk's instances (raceblk_s0..raceblk_s3, disk
@@ -341,7 +341,13 @@ soak_run() {
 	# timeout shows where it stopped.
 	if [ ! -s /tmp/soak.reports ]; then
 		soak_stage "stopping the rmmod loop"
-		[ -z "${RMMOD_LOOP:-}" ] || rmmod_loop_stop || problem="$problem rmmod-loop"
+		if [ -n "${RMMOD_LOOP:-}" ]; then
+			rmmod_loop_stop
+			# Anything but OK, ENOENT (none loaded), EBUSY (one
+			# coming) or EAGAIN (kept while held), or a stuck loop.
+			echo "$RMMOD_LOOP_ANSWERS" | tr , '\n' | grep -qvxE 'OK|ENOENT|EBUSY|EAGAIN' &&
+				problem="$problem rmmod-loop"
+		fi
 		for inst in $(soak_instances); do
 			soak_stage "reclaiming $inst"
 			soak_reclaim "$inst" || problem="$problem reclaim"
@@ -361,5 +367,6 @@ soak_run() {
 		END { print "unwind to return (ms): median " t[int((NR + 1) / 2)] ", max " t[NR] " of " NR }'
 	[ "$known" = 0 ] || echo "kmemleak: $known object(s) of SLUB's known sysfs_slab_add() leak (CVE-2024-25740, not in 6.1.192), not counted"
 	echo "soak: cycles=$n reports=$reports leaks=$leaks seconds=$(($(date +%s) - start))"
-	[ "$n" -eq "$cycles" ] && [ "$reports" = 0 ] && [ "$leaks" = 0 ] && [ -z "$problem" ]
+	# shellcheck disable=SC2034 # act_soak's (fuzz.sh) report of it
+	SOAK_CYCLES=$n SOAK_REPORTS=$reports SOAK_LEAKS=$leaks SOAK_PROBLEM=${problem# }
 }
