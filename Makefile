@@ -106,10 +106,14 @@ define install_missing
 		echo "deps: run as root: apt-get install --no-install-recommends$$missing" >&2; \
 		exit 1; \
 	fi; \
-	echo "deps: installing$$missing"; \
-	apt-get update -qq; \
-	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing
+	echo "deps: installing$$missing (log: $(APT_LOG))"; \
+	mkdir -p $(dir $(APT_LOG)); \
+	{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+		--no-install-recommends $$missing; } > $(APT_LOG) 2>&1 || \
+		{ echo "deps: apt-get failed; the end of $(APT_LOG):" >&2; tail -n 30 $(APT_LOG) >&2; exit 1; }
 endef
+# apt's output goes to a log: a failure prints its tail.
+APT_LOG := build/logs/apt.log
 
 deps:
 	$(call install_missing,$(DEB_PACKAGES))
