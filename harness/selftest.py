@@ -723,7 +723,7 @@ class GuestSteps(unittest.TestCase):
 		The stand-in dmesg (a function: busybox runs its own applet before
 		a program on PATH) prints LOG, with $pid as the task's PID and
 		\\n between lines."""
-		script = (f'. {HARNESS}/guest/proc.sh\n'
+		script = (f'GUEST_LIB={HARNESS}/guest; . {HARNESS}/guest/proc.sh\n'
 			  f'{task} & pid=$!\n'
 			  f'dmesg() {{ printf \'%b\\n\' "{log}"; }}\n'
 			  'SETTLE_SECONDS=2 settle "$pid" sleep && status=0 || status=$?\n'

@@ -14,35 +14,17 @@ from typing import Dict, List, Optional, Tuple
 
 import golden
 import plan
+from golden import HARNESS
 from guestvm import QUIET_AFTER_REPORT_S
 from plan import Scenario
 
-# An x86 die() header: "Oops: 0000 [#1]", "invalid opcode: 0000 [#1]",
-# "general protection fault, ...: 0000 [#1]", "divide error: 0000 [#1]",
-# "double fault: 0000 [#1]" ...  It ends the report a "BUG:" (or "kernel
-# BUG at") line opened, and counts as a crash only alone.
-DIE_HEADER = r'\S.*: [0-9a-f]{4} \[#\d+\]'
-# Crash titles as syzkaller's report parser names them, matched at the
-# start of kernel lines only (a console line with a printk timestamp): a
-# guest's own output, a file name or a "RETBleed: WARNING: ..." notice is
-# no crash.  (On the default configs some cannot happen: there is no hung
-# task detector, no UBSAN or KCSAN; they are here for the configs that have
-# them.  The SMP kernels' TREE_RCU has the stall detector.)
-CRASH_TITLES = (
-	r'BUG:',
-	r'WARNING:',
-	r'KASAN:',
-	r'UBSAN:',
-	r'KCSAN:',
-	r'kernel BUG at',
-	r'general protection fault',
-	r'Kernel panic',
-	r'INFO: task .* blocked for more than',
-	r'(rcu: )?INFO: rcu_\w+ (self-)?detected (expedited )?stalls?',
-	r'list_(add|del) corruption',
-	r'refcount_t: ',
-	DIE_HEADER,
-)
+# The crash titles (harness/guest/crash-titles, the guest's list too).
+# Its last one is an x86 die() header ("Oops: 0000 [#1]"): it ends the
+# report a "BUG:" (or "kernel BUG at") line opened, and counts as a crash
+# only alone.
+CRASH_TITLES = tuple(line for line in (HARNESS / 'guest/crash-titles').read_text().splitlines()
+		     if line and not line.startswith('#'))
+DIE_HEADER = CRASH_TITLES[-1]
 CRASH_RE = re.compile('^(?:' + '|'.join(f'(?:{t})' for t in CRASH_TITLES) + ')')
 # Reports in code the series does not touch, on a configuration the rows
 # run (docs/reliability.md, "Known reports"): a title and a function of its trace.  A

@@ -2,26 +2,17 @@
 # leaks.
 
 # soak_reports: append to /tmp/soak.reports the report lines logged since
-# the last call (the log is drained: 1000 cycles would wrap it); fails
-# when there was one.  The patterns are harness/verdict.py's, as globs.
+# the last call (the log is drained: 1000 cycles would wrap it), and
+# kmemleak's; fails when there was one.  A report line is one whose
+# message starts with a crash title (crash-titles: the host's list).
 soak_reports() {
-	local line found=1
-
 	dmesg -c > /tmp/soak.klog
 	[ "${SOAK_UNWIND:-}" = "" ] || soak_unwind_time >> /tmp/soak.unwind
-	while IFS= read -r line; do
-		case $line in
-		*BUG:* | *WARNING:* | *Oops* | *KASAN* | *UBSAN* | *"kernel BUG at"* | \
-		*"general protection"* | *"list_add corruption"* | *"list_del corruption"* | \
-		*refcount_t:* | *"possible circular"* | *"possible recursive"* | \
-		*"inconsistent lock"* | *"INFO: task "*" blocked"* | *rcu_*stall* | \
-		*kmemleak:*"new suspected"*)
-			echo "$line" >> /tmp/soak.reports
-			found=0
-			;;
-		esac
-	done < /tmp/soak.klog
-	return $found
+	if [ ! -s /tmp/soak.titles ]; then
+		grep -v '^#' /lib/raceblk/crash-titles | sed 's/^/^\\[[ 0-9.]*\\] (/; s/$/)/' > /tmp/soak.titles
+		echo '^\[[ 0-9.]*\] kmemleak:.*new suspected' >> /tmp/soak.titles
+	fi
+	grep -E -f /tmp/soak.titles /tmp/soak.klog >> /tmp/soak.reports || return 1
 }
 
 # soak_stage WHAT: the end of the soak has come to WHAT (to the console).
