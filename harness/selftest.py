@@ -987,10 +987,10 @@ class HostJudges(unittest.TestCase):
 			      self.judged(['partitions'], text.format('1:7'), build)[0].mismatch)
 
 	def test_fuzz_expects_the_error_of_the_one_who_refused(self):
-		text = '1..1\n# obs fuzz=EINVAL\n# obs error={}\nok 1 fuzz:fail_at:noval\n'
-		self.assertTrue(self.judged(['fuzz:fail_at:noval=EINVAL'], text.format('noval'))[0].ok)
-		self.assertEqual(self.judged(['fuzz:fail_at:noval=EINVAL'], text.format('driver'))[0].mismatch,
-				 'error=driver, expected noval')
+		text = '1..1\n# obs fuzz=EINVAL\n# obs driver_error=yes\n# obs kernel_invalid={}\nok 1 fuzz:fail_at:noval\n'
+		self.assertTrue(self.judged(['fuzz:fail_at:noval=EINVAL'], text.format('yes'))[0].ok)
+		self.assertEqual(self.judged(['fuzz:fail_at:noval=EINVAL'], text.format('no'))[0].mismatch,
+				 'kernel_invalid=no, expected yes')
 		loaded = '1..1\n# obs fuzz=OK\n# obs param=absent\n# obs warned=no\n# obs unload=OK\nok 1 fuzz:x:1\n'
 		self.assertEqual(self.judged(['fuzz:x:1=OK'], loaded)[0].mismatch, 'warned=no, expected yes')
 

@@ -209,8 +209,9 @@ def fuzz_expected(args: List[str], expected: str) -> Dict[str, str]:
 		if expected.isdigit():
 			wanted['param'] = expected
 		return wanted
-	error = 'noval' if args[1:2] == ['noval'] else 'too_long' if expected == 'ENOSPC' else 'driver'
-	return {'fuzz': expected, 'error': error}
+	error = ('kernel_invalid' if args[1:2] == ['noval'] else 'kernel_too_long' if expected == 'ENOSPC'
+		 else 'driver_error')
+	return {'fuzz': expected, error: 'yes'}
 
 
 def derived_expected(name: str, args: List[str], observed: Dict[str, str]) -> Dict[str, str]:

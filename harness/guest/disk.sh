@@ -71,7 +71,7 @@ act_partitions() {
 		obs partitions "no $DISK"
 		return
 	fi
-	table=$(found_partitions | awk '{ printf "%s%s:%s+%s", NR > 1 ? " " : "", $1, $2, $3 }')
+	table=$(found_partitions | awk '{ printf "%s%s:%s+%s", (NR > 1 ? " " : ""), $1, $2, $3 }')
 	obs partitions "${table:-none}"
 	obs proc_kib "$(awk -v p="$DISK$PART" 'index($4, p) == 1 && length($4) > length(p) {
 		printf "%s%s:%s", n++ ? " " : "", substr($4, length(p) + 1), $3 }' /proc/partitions)"

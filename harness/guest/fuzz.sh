@@ -40,12 +40,12 @@ log_since() {
 
 # fuzz:NAME:VALUE: finit_module(raceblk, "NAME=VALUE"), VALUE as
 # fuzz_value spells it: what the load gave (fuzz).  Loaded: what
-# parameters/NAME reads (param, or absent), whether the kernel warned that
+# parameters/NAME reads (param: its value, unreadable, or absent), whether the kernel warned that
 # it ignored an unknown NAME (warned), and what the unload gave (unload).
-# Refused: which error line was logged meanwhile (error: driver, the
-# driver's own "raceblk: NAME=VALUE: why"; noval, the kernel's "invalid
-# for parameter `NAME'"; too_long, its "NAME: string parameter too long";
-# or none).
+# Refused: which error lines were logged meanwhile, yes or no each:
+# driver_error, the driver's own "raceblk: NAME=VALUE: why";
+# kernel_invalid, the kernel's "invalid for parameter `NAME'";
+# kernel_too_long, its "NAME: string parameter too long".
 act_fuzz() {
 	local name=${1%%:*} value=${1#*:} word got errors
 
@@ -56,22 +56,20 @@ act_fuzz() {
 	printf 'finit_module(raceblk, "%.60s%s")\n' "$word" "$([ ${#word} -gt 60 ] && echo "... (${#word} bytes)")"
 	obs fuzz "$got"
 	if [ "$got" = OK ]; then
-		obs param "$(cat "/sys/module/raceblk/parameters/$name" 2>/dev/null || echo absent)"
+		if [ -e "/sys/module/raceblk/parameters/$name" ]; then
+			obs param "$(cat "/sys/module/raceblk/parameters/$name" 2>/dev/null || echo unreadable)"
+		else
+			obs param absent
+		fi
 		obs warned "$(log_since "fuzz $FUZZ_SEQ" | grep -qF "unknown parameter '$name' ignored" && echo yes || echo no)"
 		obs unload "$(modctl unload raceblk)"
 		return
 	fi
 	errors=$(log_since "fuzz $FUZZ_SEQ" | grep '^<3>' | cut -c 1-160)
 	echo "${errors:-no error line}"
-	if echo "$errors" | grep -q -F "invalid for parameter \`$name'"; then
-		obs error noval
-	elif echo "$errors" | grep -q -F "$name: string parameter too long"; then
-		obs error too_long
-	elif echo "$errors" | grep -q -F "raceblk: $name="; then
-		obs error driver
-	else
-		obs error none
-	fi
+	obs driver_error "$(echo "$errors" | grep -q -F "raceblk: $name=" && echo yes || echo no)"
+	obs kernel_invalid "$(echo "$errors" | grep -q -F "invalid for parameter \`$name'" && echo yes || echo no)"
+	obs kernel_too_long "$(echo "$errors" | grep -q -F "$name: string parameter too long" && echo yes || echo no)"
 }
 
 # param_write:NAME:VALUE: one write() of VALUE (as fuzz spells it, without
