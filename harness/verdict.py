@@ -252,8 +252,11 @@ def default_expected(scenario: Scenario, name: str, observed: Dict[str, str],
 		if table:
 			wanted['scan_when'] = 'in_init'
 	elif name == 'data':
+		# The disk and the partitions of this series' table that the
+		# image's sums list (a partition past the disk's end has none;
+		# fixed makes fewer of a looping EBR chain than the sums list).
 		sums = image.sums()
-		for number in [0] + [n for n, _, _ in image.partitions(series)]:
+		for number in [0] + [n for n, _, _ in image.partitions(series) if n in sums]:
 			md5, stamp = sums.get(number, ('(no sum)', ''))
 			wanted[f'md5.{number}'] = md5
 			if stamp:

@@ -78,8 +78,8 @@ act_partitions() {
 }
 
 # data: the md5 of the disk and of each partition sysfs shows
-# (md5.0 is the disk's, md5.N partition N's), and the first line of each
-# partition's first sector (stamp.N: "raceblk IMAGE pN sector START" on a
+# (md5.0 is the disk's, md5.N partition N's), and the first line of the
+# first sector of each (stamp.N: "raceblk IMAGE pN sector START" on a
 # stamped image).  One md5sum and one head for them all: a process costs
 # milliseconds under TCG.
 act_data() {
@@ -89,11 +89,11 @@ act_data() {
 	# shellcheck disable=SC2086 # a device list
 	md5sum "/dev/$DISK" $parts | awk -v d="/dev/$DISK" -v p="$PART" '{
 		nr = $2 == d ? 0 : substr($2, length(d p) + 1); print "obs md5." nr "=" $1 }'
-	[ -n "$parts" ] || return 0
+	# The first line of each one's first sector, printable bytes only.
 	# shellcheck disable=SC2086
-	head -v -n 1 $parts 2>/dev/null | tr -d '\0' | awk -v d="/dev/$DISK" -v p="$PART" '
+	head -v -c 512 "/dev/$DISK" $parts 2>/dev/null | tr -cd '\040-\176\n' | awk -v d="/dev/$DISK" -v p="$PART" '
 		/^==> .* <==$/ { dev = $2; first = 1; next }
-		first { first = 0; print "obs stamp." substr(dev, length(d p) + 1) "=" substr($0, 1, 80) }'
+		first { first = 0; print "obs stamp." (dev == d ? 0 : substr(dev, length(d p) + 1)) "=" substr($0, 1, 80) }'
 }
 
 # sparse_image:NAME:MIB: a sparse image of MIB MiB of zeros under
