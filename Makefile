@@ -21,7 +21,8 @@ TOP := $(CURDIR)
 # The kernel tree: Debian's linux-source-$(KERNEL).  Its series and their
 # patches live in kernel-patches/$(KERNEL)/, everything built from it in
 # build/$(KERNEL)/, so both trees sit side by side.
-KERNEL ?= 6.1
+DEFAULT_TREE := $(shell sed '/^\#/d' kernel-patches/default-tree)
+KERNEL ?= $(DEFAULT_TREE)
 TREES := $(patsubst kernel-patches/%/series.vanilla,%,$(wildcard kernel-patches/*/series.vanilla))
 ifeq ($(filter $(KERNEL),$(TREES)),)
 $(error KERNEL=$(KERNEL): no kernel-patches/$(KERNEL)/series.vanilla (trees: $(TREES)))

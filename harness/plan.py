@@ -71,9 +71,15 @@ def trees(top: pathlib.Path = TOP) -> List[str]:
 	return sorted(p.parent.name for p in (top / 'kernel-patches').glob('*/series.vanilla'))
 
 
+def default_tree(top: pathlib.Path = TOP) -> str:
+	"""The tree when KERNEL is not set: kernel-patches/default-tree."""
+	return next(line for line in (top / 'kernel-patches/default-tree').read_text().splitlines()
+		    if line and not line.startswith('#'))
+
+
 def current_tree() -> str:
-	"""The run's tree: $KERNEL, as make passes it (default 6.1)."""
-	return os.environ.get('KERNEL') or '6.1'
+	"""The run's tree: $KERNEL, as make passes it, or the default one."""
+	return os.environ.get('KERNEL') or default_tree()
 
 
 def tree_series(tree: str, top: pathlib.Path = TOP) -> Set[str]:

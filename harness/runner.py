@@ -240,7 +240,7 @@ def image_archive(image: str) -> pathlib.Path:
 def check_built(scenarios: List[Scenario], variants: List[str]) -> None:
 	"""The kernels, archives and images the scenarios boot, with archives
 	no older than the guest scripts they carry."""
-	tree = '' if plan.current_tree() == '6.1' else f' KERNEL={plan.current_tree()}'
+	tree = '' if plan.current_tree() == plan.default_tree() else f' KERNEL={plan.current_tree()}'
 	make = f'make initramfs{tree} VARIANTS="{" ".join(variants)}"'
 	guest_files = list((HARNESS / 'guest').iterdir())
 	for variant in sorted({s.variant for s in scenarios}):
