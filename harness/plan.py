@@ -198,6 +198,10 @@ def row_errors(row: Row, known: Known) -> Iterator[str]:
 		yield 'no steps'
 	yield from word_errors(row.steps, ACTION_RE, known.steps, 'step "{}": NAME[:ARGS][=EXPECTED]',
 			       'unknown step "{0}" (no act_{0} in harness/guest/*.sh)')
+	for word in row.steps:
+		expected = split_step(word)[1]
+		if expected and '=' in expected and not all('=' in pair for pair in expected.split(',')):
+			yield f'step "{word}": an expectation of several keys is KEY=VALUE,KEY=VALUE'
 
 
 def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]:

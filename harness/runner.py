@@ -446,7 +446,12 @@ class Runner:
 			texts[name] = path.read_bytes().decode(errors='replace').replace('\r\n', '\n') if path.exists() else ''
 			path.write_text(texts[name])
 		ktap = verdict.parse_ktap(texts['ktap'], list(scenario.guest_steps))
-		verdict.compare_observations(scenario, ktap, BUILD)
+		try:
+			verdict.compare_observations(scenario, ktap, BUILD)
+		except Exception:	# a bug of ours, or a golden table missing: this scenario's ERROR
+			(workdir / 'traceback').write_text(traceback.format_exc())
+			outcome = (f'fault: harness error judging the observations: '
+				   f'{traceback.format_exc().strip().splitlines()[-1]} (traceback in {workdir.name}/traceback)')
 		reports = verdict.console_reports(texts['console.log'])
 		if guestvm.stopping():
 			judged = verdict.Verdict('SKIP', 'interrupted')

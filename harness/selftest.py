@@ -517,6 +517,7 @@ class Input(unittest.TestCase):
 		('none | vanilla | any | fail_a=none | - | load=OK', 'unknown raceblk parameter "fail_a"'),
 		('none | vanilla | any | machine=q35 | - | load=OK', 'unknown machine "q35"'),
 		('none | vanilla | any | - | - | load=*', 'step "load=*": NAME[:ARGS][=EXPECTED]'),
+		('none | vanilla | any | - | - | notify=events=COMING,GOING', 'an expectation of several keys is KEY=VALUE'),
 		('none | vanilla | any | - | - | load=OK\nnone | all | any | - | - | load=OK',
 		 'none on vanilla again (first at line 1)'),
 		('none | vanilla@2.4 | any | - | - | load=OK', 'unknown tree "2.4" in "vanilla@2.4"'),
@@ -993,6 +994,11 @@ class HostJudges(unittest.TestCase):
 				 'kernel_invalid=no, expected yes')
 		loaded = '1..1\n# obs fuzz=OK\n# obs param=absent\n# obs warned=no\n# obs unload=OK\nok 1 fuzz:x:1\n'
 		self.assertEqual(self.judged(['fuzz:x:1=OK'], loaded)[0].mismatch, 'warned=no, expected yes')
+
+	def test_a_failed_read_fails_read_done(self):
+		# It reports no md5 then: the read itself must have been OK.
+		text = '1..1\n# obs read_done=dd: /dev/raceblk0: Input/output error\nok 1 read_done\n'
+		self.assertFalse(self.judged(['read_done'], text)[0].ok)
 
 	def test_numbers_compare(self):
 		text = '1..1\n# obs churners=ok\n# obs opened={}\nok 1 churn_done\n'

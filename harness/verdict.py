@@ -173,8 +173,8 @@ class Step:
 OBS_PREFIX = 'obs '
 # What a case expects of an action unless it says otherwise: the action's
 # name says it (stuck: kept for good; reaped: gone by itself).
-YES = ('free_disk_called', 'refused', 'version_magic', 'disagrees', 'ignored', 'oopsed', 'tainted',
-       'kernel_tainted', 'sd_attached')
+YES = ('free_disk_called', 'refused', 'version_magic', 'disagrees', 'ignored', 'oopsed', 'kernel_tainted',
+       'sd_attached')
 KEPT = {'state': 'Unloading', 'flags': '!-', 'initstate': 'going', 'kept': '1', 'logged': 'yes'}
 FIXED_DEFAULTS: Dict[str, Dict[str, str]] = {
 	**{name: {name: 'yes'} for name in YES},
@@ -187,6 +187,8 @@ FIXED_DEFAULTS: Dict[str, Dict[str, str]] = {
 	'churn_done': {'churners': 'ok', 'opened': '>0'},
 	'prober_done': {'probers': 'ok', 'opened': 'yes'},
 	'vermagic': {'differs': 'yes'},
+	'read_done': {'read_done': 'OK'},
+	'tainted': {'tainted': 'yes', 'kernel_tainted': 'yes'},
 }
 # What an rmmod may give while loads race it: OK, ENOENT (none loaded),
 # EBUSY (one coming), EAGAIN (kept while held).
@@ -225,10 +227,12 @@ def derived_expected(name: str, args: List[str], observed: Dict[str, str]) -> Di
 	if name == 'reload_race':
 		answers = set(observed.get('rmmod_loop', '').split(','))
 		observed['rmmod_answers'] = 'expected' if answers <= RMMOD_LOOP_ANSWERS else observed.get('rmmod_loop', '')
-		return {'raced': f'>={args[0]}', 'loads': 'EIO', 'churners': 'ok', 'rmmod_answers': 'expected',
+		return {'raced': f'>={args[0] if args else 1}', 'loads': 'EIO', 'churners': 'ok', 'rmmod_answers': 'expected',
 			'gone': 'yes'}
+	if name == 'released' and observed.get('released') == 'after_holders':
+		return {'said': 'yes'}
 	if name == 'soak':
-		return {'cycles': args[0], 'reports': '0', 'leaks': '0', 'problems': 'none'}
+		return {'cycles': args[0] if args else '(no CYCLES)', 'reports': '0', 'leaks': '0', 'problems': 'none'}
 	return {}
 
 
@@ -262,7 +266,8 @@ def default_expected(scenario: Scenario, name: str, observed: Dict[str, str],
 			if stamp:
 				wanted[f'stamp.{number}'] = stamp
 	elif name == 'holder_read' and 'md5' in observed:
-		wanted['md5'] = image.sums().get(int(observed.get('nr', -1)), ('(no sum)', ''))[0]
+		nr = observed.get('nr', '')
+		wanted['md5'] = image.sums().get(int(nr) if nr.isdigit() else -1, ('(no sum)', ''))[0]
 	elif name == 'read_done' and 'md5' in observed:
 		wanted['md5'] = image.head_md5(4096)
 	return wanted

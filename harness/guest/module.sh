@@ -162,13 +162,15 @@ act_reaped() {
 
 # released: what became of raceblk after its init failed: at_failure (it
 # was freed then: nobody held it), after_holders (it was kept, and went by
-# itself within 10 s once they let go), still_kept, or loaded (never said
-# kept, still there).
+# itself within 10 s once they let go; said: whether the log says its
+# last holder let go), still_kept, or loaded (never said kept, still
+# there).
 act_released() {
 	if dmesg | grep -F "raceblk: init failed with" |
 		grep -qF "reference(s) held it: kept until the last one is dropped"; then
 		poll 10 module_gone raceblk || true
 		obs released "$(module_gone raceblk && echo after_holders || echo still_kept)"
+		obs said "$(dmesg | grep -qF "raceblk: its last holder let go: freeing it" && echo yes || echo no)"
 	else
 		obs released "$(module_gone raceblk && echo at_failure || echo loaded)"
 	fi

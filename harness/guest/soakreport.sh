@@ -3,13 +3,13 @@
 
 # soak_reports: append to /tmp/soak.reports the report lines logged since
 # the last call (the log is drained: 1000 cycles would wrap it), and
-# kmemleak's; fails when there was one.  A report line is one whose
+# kmemleak's; succeeds when there was one (fails when there was none).  A report line is one whose
 # message starts with a crash title (crash-titles: the host's list).
 soak_reports() {
 	dmesg -c > /tmp/soak.klog
 	[ "${SOAK_UNWIND:-}" = "" ] || soak_unwind_time >> /tmp/soak.unwind
 	if [ ! -s /tmp/soak.titles ]; then
-		grep -v '^#' /lib/raceblk/crash-titles | sed 's/^/^\\[[ 0-9.]*\\] (/; s/$/)/' > /tmp/soak.titles
+		grep -v -e '^#' -e '^$' /lib/raceblk/crash-titles | sed 's/^/^\\[[ 0-9.]*\\] (/; s/$/)/' > /tmp/soak.titles
 		echo '^\[[ 0-9.]*\] kmemleak:.*new suspected' >> /tmp/soak.titles
 	fi
 	grep -E -f /tmp/soak.titles /tmp/soak.klog >> /tmp/soak.reports || return 1
