@@ -107,6 +107,11 @@ def guest_actions(top: pathlib.Path = TOP) -> Set[str]:
 	return set(re.findall(r'^act_([a-z0-9_]+)\(\)', text, re.MULTILINE))
 
 
+def step_name(word: str) -> str:
+	"""'holder_open:part=OK' -> 'holder_open'."""
+	return STEP_NAME_RE.match(word).group()
+
+
 def split_step(word: str) -> Tuple[str, Optional[str]]:
 	"""What the guest runs of a step word, and what the host expects of it:
 	'holder_open:part=OK' -> ('holder_open:part', 'OK')."""
@@ -275,10 +280,6 @@ class Scenario:
 	steps: Tuple[str, ...]
 	line: int
 	machine: str = 'microvm'
-	# What the guest runs of each step, and what the host expects of it
-	# (see split_step); by default, the steps as written.
-	sent: Tuple[str, ...] = ()
-	expected: Tuple[Optional[str], ...] = ()
 
 	@property
 	def name(self) -> str:
@@ -286,11 +287,13 @@ class Scenario:
 
 	@property
 	def guest_steps(self) -> Tuple[str, ...]:
-		return self.sent or self.steps
+		"""What the guest runs of each step (see split_step)."""
+		return tuple(split_step(word)[0] for word in self.steps)
 
 	@property
 	def expectations(self) -> Tuple[Optional[str], ...]:
-		return self.expected or (None,) * len(self.steps)
+		"""What the host expects of each step (see split_step)."""
+		return tuple(split_step(word)[1] for word in self.steps)
 
 
 def variant_words(top: pathlib.Path = TOP) -> List[str]:
@@ -332,10 +335,8 @@ def resolve(row: Row, variant: str, image: str) -> Scenario:
 	params = tuple(p for p in row.params if not p.startswith('machine='))
 	if not any(p.startswith('image=') for p in params):
 		params = (f'image=raceblk/{image}.img',) + params
-	split = [split_step(word) for word in row.steps]
 	return Scenario(variant=variant, id=row.id, image=image, params=params,
-			console=row.console, steps=row.steps, line=row.line, machine=machine,
-			sent=tuple(s for s, _ in split), expected=tuple(e for _, e in split))
+			console=row.console, steps=row.steps, line=row.line, machine=machine)
 
 
 def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] = None,

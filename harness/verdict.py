@@ -318,7 +318,7 @@ def compare_observations(scenario: Scenario, ktap: 'Ktap', build: Optional[pathl
 		step.name, step.expected = word, expected
 		if not step.ok:
 			continue
-		name = plan_step_name(word)
+		name = plan.step_name(word)
 		defaults = default_expected(scenario, name, step.observed, image)
 		defaults.update(derived_expected(name, args_of(word), step.observed))
 		if name == 'fuzz':
@@ -328,10 +328,6 @@ def compare_observations(scenario: Scenario, ktap: 'Ktap', build: Optional[pathl
 		if step.mismatch:
 			step.ok = False
 			step.diagnostics.append(f'observed {step.mismatch}')
-
-
-def plan_step_name(word: str) -> str:
-	return re.match(r'[a-z0-9_]*', word).group()
 
 
 @dataclasses.dataclass
