@@ -4,14 +4,15 @@
 KO=/lib/modules/raceblk.ko
 
 # modctl_obs KEY ARGS...: run modctl ARGS and report its answer as KEY:
-# OK, an errno name, or "died" when an oops killed it.
+# OK, an errno name, or "died" when an oops killed it; MODCTL_ANSWER is
+# that answer too.
 modctl_obs() {
-	local key=$1 got
+	local key=$1
 
 	shift
-	got=$(or_died modctl "$(modctl "$@")")
+	MODCTL_ANSWER=$(or_died modctl "$(modctl "$@")")
 	echo "modctl $*"
-	obs "$key" "$got"
+	obs "$key" "$MODCTL_ANSWER"
 }
 
 # load: finit_module() once with the case's parameters: OK, an errno, or
@@ -162,15 +163,13 @@ act_reaped() {
 
 # released: what became of raceblk after its init failed: at_failure (it
 # was freed then: nobody held it), after_holders (it was kept, and went by
-# itself within 10 s once they let go; said: whether the log says its
-# last holder let go), still_kept, or loaded (never said kept, still
-# there).
+# itself within 10 s once they let go; and act_mod_reaped's left and
+# said), still_kept, or loaded (never said kept, still there).
 act_released() {
 	if dmesg | grep -F "raceblk: init failed with" |
 		grep -qF "reference(s) held it: kept until the last one is dropped"; then
-		poll 10 module_gone raceblk || true
+		act_mod_reaped raceblk
 		obs released "$(module_gone raceblk && echo after_holders || echo still_kept)"
-		obs said "$(dmesg | grep -qF "raceblk: its last holder let go: freeing it" && echo yes || echo no)"
 	else
 		obs released "$(module_gone raceblk && echo at_failure || echo loaded)"
 	fi
@@ -186,11 +185,8 @@ act_free_disk_called() {
 # failure point, no hold); once loaded, it is unloaded again (the action
 # fails when that unload does).
 act_reload() {
-	local got
-
-	got=$(or_died modctl "$(modctl load "$KO" "image=raceblk/$IMAGE.img")")
-	obs reload "$got"
-	[ "$got" != OK ] || [ "$(modctl unload raceblk)" = OK ] || { echo "cannot unload it again"; return 1; }
+	modctl_obs reload load "$KO" "image=raceblk/$IMAGE.img"
+	[ "$MODCTL_ANSWER" != OK ] || [ "$(modctl unload raceblk)" = OK ] || { echo "cannot unload it again"; return 1; }
 }
 
 # initref_fail:REF: initref.ko with ref=REF and fail=1 takes a reference
@@ -226,12 +222,9 @@ act_oopsed() {
 # REF (self, firmware_nowait, misc_open), loads; once loaded, it is
 # unloaded again (the action fails when that unload does).
 act_initref() {
-	local got
-
-	got=$(or_died modctl "$(modctl load /lib/modules/initref.ko "ref=$1")")
+	modctl_obs initref load /lib/modules/initref.ko "ref=$1"
 	dmesg | grep -F "initref: ref=$1 during init" | tail -n 1
-	obs initref "$got"
-	[ "$got" != OK ] || [ "$(modctl unload initref)" = OK ] || { echo "cannot unload it again"; return 1; }
+	[ "$MODCTL_ANSWER" != OK ] || [ "$(modctl unload initref)" = OK ] || { echo "cannot unload it again"; return 1; }
 }
 
 # --- other loads while raceblk's init runs -----------------------------------

@@ -14,19 +14,17 @@ poll() {
 	done
 }
 
-# The x86 die() header ("Oops: 0000 [#1]"): crash-titles' last line, the
-# host's pattern too.
-DIE_HEADER=$(tail -n 1 "${GUEST_LIB:-/lib/raceblk}/crash-titles")
-
 # oopsed_tasks: the "CPU: 0 PID: N Comm: COMM" line of each oops, the
-# first such line within three after its header: a line another CPU
-# logged meanwhile may come between (6.12's failed dependant load,
-# "Unknown symbol", did).  A WARNING or a KASAN report prints the same
-# line but lets the task go on.
+# first such line within three after its header (the x86 die() header,
+# "Oops: 0000 [#1]": crash-titles' last line, the host's pattern too): a
+# line another CPU logged meanwhile may come between (6.12's failed
+# dependant load, "Unknown symbol", did).  A WARNING or a KASAN report
+# prints the same line but lets the task go on.
 oopsed_tasks() {
-	dmesg | DIE_HEADER=$DIE_HEADER awk '$0 ~ ENVIRON["DIE_HEADER"] { n = 4; next }
+	dmesg | awk 'FNR == NR { header = $0; next }
+		     $0 ~ header { n = 4; next }
 		     n > 0 && /Comm: / { print; n = 0; next }
-		     { if (n > 0) n-- }'
+		     { if (n > 0) n-- }' "${GUEST_LIB:-/lib/raceblk}/crash-titles" -
 }
 
 # killed_by_oops COMM [PID]: the kernel oopsed in a task named COMM (with
