@@ -78,7 +78,8 @@ DEB_PACKAGES := linux-source-$(KERNEL) gcc make libc6-dev bc bison flex libelf-d
 # And the commands make check needs, with their packages (a command may
 # come from elsewhere: nodesource's nodejs carries npm).
 CHECK_COMMANDS := shellcheck:shellcheck python3:python3 pyflakes3:pyflakes3 \
-	xmllint:libxml2-utils node:nodejs npm:npm parted:parted gcc:gcc
+	xmllint:libxml2-utils node:nodejs npm:npm parted:parted gcc:gcc \
+	busybox:busybox-static cpio:cpio
 
 KERNELS := $(foreach v,$(VARIANTS),$(BUILD)/kernel/$(v)/obj/arch/x86/boot/bzImage)
 MODULES := $(foreach v,$(VARIANTS),$(BUILD)/driver/$(v)/raceblk.ko)
