@@ -402,7 +402,7 @@ series-tree: deps
 
 # What builds and boots nothing: every shell script through shellcheck
 # (guest ones as busybox sh), the Python runner compiled and through
-# pyflakes, the scenario table, the CI workflow (actionlint), and the
+# pyflakes, the cases, the CI workflow (actionlint), and the
 # runner's self-tests against a fake QEMU (harness/selftest.py).
 SHELL_SCRIPTS := .ci/run harness/bench harness/mkinitramfs harness/progress \
 	harness/lint-workflow images/mkimage images/parted-table images/sums \
@@ -429,7 +429,7 @@ check: deps-check
 	@echo "  CHECK   python"
 	@for f in $(PYTHON); do python3 -c 'import sys; compile(open(sys.argv[1]).read(), sys.argv[1], "exec")' $$f; done
 	@pyflakes3 $(PYTHON)
-	@echo "  CHECK   harness/scenarios"
+	@echo "  CHECK   harness/cases"
 	@harness/plan.py check
 	@echo "  CHECK   .github/workflows"
 	@harness/lint-workflow

@@ -1,24 +1,22 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: GPL-2.0
-"""The scenario table (harness/scenarios), parsed once and validated.
+"""The cases (harness/cases), parsed once and validated.
 
-Each row is ``id | variants | image | params | console | steps`` (a '|'
-with blanks around it ends a column; a regex may use '|' without).  A
-variant may name a tree, ``fixed@6.12`` (or ``all@6.1``): the row runs on
-that tree's kernels only, for behaviour that differs between the trees
-(kernel-patches/TREE/).  A row that would never run, or would run and
-fail for a reason that has nothing to do with the kernel (a misspelt
-variant, an unknown step, a console regex that does not compile), is an
-error here, named ``FILE:LINE``, before any guest boots.
+A case is written once: its module parameters, its image, its actions in
+order, and in a table under them what each kernel is expected to show,
+a column per kernel (harness/cases says how).  plan.py compiles each
+column to a Row (the case as one kernel runs it) and each Row, per
+variant and image, to a Scenario: what one guest runs and what the host
+expects of it.  A case that would never run, or would run and fail for a
+reason that has nothing to do with the kernel (a misspelt variant, an
+unknown action, a crash regex that does not compile), is an error here,
+named FILE:LINE, before any guest boots; so is a case of the repository
+that says nothing of a default kernel (no column, no skip line).
 
-    harness/plan.py check [TABLE [VARIANT...]]
-                                    validate the table, and that each
+    harness/plan.py check [CASES [VARIANT...]]
+                                    validate the cases, and that each
                                     VARIANT (the run's) is a known one;
                                     exit 1 and list the errors
-
-The runner (harness/run) compiles it with scenarios(): one Scenario per
-row, variant and image, resolved (the guest gets params and steps as they
-are here, and reads no table).
 
 Standard library only, as the kernel's own kunit.py.
 """
@@ -28,12 +26,16 @@ import os
 import pathlib
 import re
 import sys
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
-COLUMNS = ('id', 'variants', 'image', 'params', 'console', 'steps')
-COLUMN_SEP = re.compile(r'\s+\|\s+')
+TABLE = HARNESS / 'cases'
+# The words that begin a case's own lines; any other line of a case is an
+# action's (no act_case, act_params... in harness/guest/).
+KEYWORDS = ('case', 'params', 'image', 'kernel', 'crash', 'skip')
+RUN, NOT_RUN = '.', '-'
+CRASH_NAME_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 ID_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 # A step is an action of the guest's (act_NAME in harness/guest/*.sh),
 # written NAME[:ARGS][=EXPECTED]: the guest gets NAME[:ARGS] and reports
@@ -46,7 +48,9 @@ PARAM_RE = re.compile(r'^([a-z][a-z0-9_]*)=[^\s*?\[]*$')
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-	"""One row of the table, as written (columns trimmed)."""
+	"""A case as the kernels of one column run it: its step words
+	(NAME[:ARGS][=EXPECTED]) and the regex its crash lines match ('-': no
+	crash line).  LINE is the case's kernel line; STEP_LINES each step's."""
 	line: int
 	id: str
 	variants: Tuple[str, ...]
@@ -54,6 +58,23 @@ class Row:
 	params: Tuple[str, ...]
 	console: str
 	steps: Tuple[str, ...]
+	step_lines: Tuple[int, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+	"""skip KERNELS REASON: default kernels a case does not run on."""
+	line: int
+	variants: Tuple[str, ...]
+	reason: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+	line: int
+	id: str
+	rows: Tuple[Row, ...]
+	skips: Tuple[Skip, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,25 +165,138 @@ def row_variants(row: Row, tree: str) -> Tuple[str, ...]:
 	return tuple(name for name, only in map(split_variant, row.variants) if only in (None, tree))
 
 
-def parse(path: pathlib.Path) -> Tuple[List[Row], List[Tuple[int, str]]]:
-	"""The rows of the table at PATH, and the lines that are not rows
-	(line number, error)."""
-	rows, errors = [], []
+@dataclasses.dataclass
+class _Draft:
+	"""A case while its lines are read."""
+	line: int
+	id: str
+	params: Tuple[str, ...] = ()
+	image: str = 'any'
+	kernel_line: int = 0
+	columns: Tuple[str, ...] = ()
+	table: List[Tuple[int, str, Tuple[str, ...]]] = dataclasses.field(default_factory=list)
+	skips: List[Skip] = dataclasses.field(default_factory=list)
+
+
+def parse_cases(path: pathlib.Path) -> Tuple[List[Case], List[Tuple[int, str]]]:
+	"""The cases at PATH, and what is wrong with its lines (line number,
+	error)."""
+	crashes: Dict[str, str] = {}
+	cases: List[Case] = []
+	errors: List[Tuple[int, str]] = []
+	draft: Optional[_Draft] = None
+
+	def error(nr: int, text: str) -> None:
+		errors.append((nr, f'{path}:{nr}: {text}'))
+
+	def finish() -> None:
+		if draft is not None:
+			case = compile_case(draft, crashes, error)
+			if case is not None:
+				cases.append(case)
+
 	for nr, text in enumerate(path.read_text().splitlines(), 1):
-		if not text.strip() or text.lstrip().startswith('#'):
+		words = tuple(text.split())
+		if not words or words[0].startswith('#'):
 			continue
-		# A column ends at a '|' with blanks around it: a console regex
-		# may use '|' (alternatives) without them.
-		cells = [c.strip() for c in COLUMN_SEP.split(text.strip())]
-		if len(cells) != len(COLUMNS):
-			errors.append((nr, f'{path}:{nr}: {len(cells)} columns, a row has {len(COLUMNS)}: '
-				       + ' | '.join(COLUMNS)))
-			continue
-		id_, variants, image, params, console, steps = cells
-		rows.append(Row(line=nr, id=id_, variants=tuple(variants.split(',')), image=image,
-				params=() if params == '-' else tuple(params.split()),
-				console=console, steps=tuple(steps.split())))
-	return rows, errors
+		key, rest = words[0], words[1:]
+		if key == 'crash' and draft is None:
+			if len(rest) < 2 or not CRASH_NAME_RE.match(rest[0]):
+				error(nr, 'crash NAME REGEX: a name (lower case letters, digits, _) and its regex')
+			else:
+				crashes[rest[0]] = text.split(None, 2)[2].strip()
+		elif key == 'case':
+			finish()
+			draft = _Draft(nr, rest[0] if len(rest) == 1 else '')
+			if len(rest) != 1:
+				error(nr, 'case ID: one id')
+		elif draft is None:
+			error(nr, f'"{key}" outside a case ("case ID" begins one)')
+		elif key == 'skip':
+			if len(rest) < 2:
+				error(nr, 'skip KERNELS REASON: the kernels, and why the case does not run there')
+			else:
+				draft.skips.append(Skip(nr, tuple(rest[0].split(',')), ' '.join(rest[1:])))
+		elif draft.kernel_line == 0:
+			if key == 'params':
+				draft.params = rest
+			elif key == 'image':
+				draft.image = rest[0] if len(rest) == 1 else ''
+				if len(rest) != 1:
+					error(nr, 'image NAME: one image (an image per column goes under the kernel line)')
+			elif key == 'kernel':
+				draft.kernel_line, draft.columns = nr, rest
+				if not rest:
+					error(nr, 'kernel: no column')
+			else:
+				error(nr, f'"{key}" before the kernel line (a case has params and image, then its kernel line)')
+		elif key in ('params', 'kernel'):
+			error(nr, f'"{key}" after the kernel line')
+		elif rest and len(rest) != len(draft.columns):
+			error(nr, f'{len(rest)} cells, the kernel line (line {draft.kernel_line}) has '
+			      f'{len(draft.columns)} columns (no cells: the same on every column)')
+		else:
+			draft.table.append((nr, key, rest or (RUN,) * len(draft.columns)))
+	finish()
+	seen: Dict[str, Case] = {}
+	for case in cases:
+		first = seen.setdefault(case.id, case)
+		if first is not case:
+			error(case.line, f'case {case.id} again (first at line {first.line}): a case is written once')
+	return cases, errors
+
+
+def compile_case(draft: _Draft, crashes: Dict[str, str], error) -> Optional[Case]:
+	"""A Row per column of DRAFT's table."""
+	if not draft.kernel_line:
+		error(draft.line, f'case {draft.id}: no kernel line')
+		return None
+	rows = []
+	for column, variants in enumerate(draft.columns):
+		image, console, steps, lines = draft.image, '-', [], []
+		for nr, head, cells in draft.table:
+			cell = cells[column]
+			if head == 'image':
+				image = cell
+			elif head == 'crash':
+				console = crash_regex(cell, crashes, lambda text, nr=nr: error(nr, text))
+			elif cell != NOT_RUN:
+				steps.append(head if cell == RUN else with_expected(head, cell))
+				lines.append(nr)
+		if not steps:
+			error(draft.kernel_line, f'column {variants}: no action runs there')
+		rows.append(Row(line=draft.kernel_line, id=draft.id, variants=tuple(variants.split(',')), image=image,
+				params=draft.params, console=console, steps=tuple(steps), step_lines=tuple(lines)))
+	return Case(line=draft.line, id=draft.id, rows=tuple(rows), skips=tuple(draft.skips))
+
+
+def crash_regex(cell: str, crashes: Dict[str, str], error) -> str:
+	"""'refused+oops' -> the regexes of both, either matching; '.' -> '-'."""
+	if cell == RUN:
+		return '-'
+	unknown = [name for name in cell.split('+') if name not in crashes]
+	if unknown:
+		error(f'unknown crash "{unknown[0]}" (crash NAME REGEX lines, before the first case, name them)')
+		return '-'
+	return '|'.join(crashes[name] for name in cell.split('+'))
+
+
+def with_expected(head: str, cell: str) -> str:
+	"""The step word of an action line's head and a column's cell: the
+	cell is what that column expects; KEY=VALUE,... under a head with
+	KEY=VALUE,... adds those keys to the head's (or sets them)."""
+	sent, expected = split_step(head)
+	if expected and '=' in expected and '=' in cell:
+		pairs = dict(pair.split('=', 1) for pair in expected.split(',') if '=' in pair)
+		pairs.update(pair.split('=', 1) for pair in cell.split(',') if '=' in pair)
+		return f'{sent}=' + ','.join(f'{key}={value}' for key, value in pairs.items())
+	return f'{sent}={cell}'
+
+
+def parse(path: pathlib.Path) -> Tuple[List[Row], List[Tuple[int, str]]]:
+	"""The rows of the cases at PATH (a row per column), and the errors."""
+	cases, errors = parse_cases(path)
+	return [row for case in cases for row in case.rows], errors
 
 
 def word_errors(words: Tuple[str, ...], form: re.Pattern, names: Set[str], bad_form: str,
@@ -176,7 +310,21 @@ def word_errors(words: Tuple[str, ...], form: re.Pattern, names: Set[str], bad_f
 			yield unknown.format(match.group(1))
 
 
-def row_errors(row: Row, known: Known) -> Iterator[str]:
+def row_errors(row: Row, known: Known) -> Iterator[Tuple[int, str]]:
+	"""What is wrong with a row, each at its line (a step's at its own)."""
+	for text in column_errors(row, known):
+		yield row.line, text
+	lines = row.step_lines or (row.line,) * len(row.steps)
+	for word, line in zip(row.steps, lines):
+		for text in word_errors((word,), ACTION_RE, known.steps, 'step "{}": NAME[:ARGS][=EXPECTED]',
+					'unknown step "{0}" (no act_{0} in harness/guest/*.sh)'):
+			yield line, text
+		expected = split_step(word)[1]
+		if expected and '=' in expected and not all('=' in pair for pair in expected.split(',')):
+			yield line, f'step "{word}": an expectation of several keys is KEY=VALUE,KEY=VALUE'
+
+
+def column_errors(row: Row, known: Known) -> Iterator[str]:
 	if not ID_RE.match(row.id):
 		yield f'id "{row.id}": lower case letters, digits and _'
 	for variant, tree in map(split_variant, row.variants):
@@ -198,15 +346,31 @@ def row_errors(row: Row, known: Known) -> Iterator[str]:
 		try:
 			re.compile(row.console)
 		except re.error as err:
-			yield f'console regex "{row.console}": {err}'
-	if not row.steps:
-		yield 'no steps'
-	yield from word_errors(row.steps, ACTION_RE, known.steps, 'step "{}": NAME[:ARGS][=EXPECTED]',
-			       'unknown step "{0}" (no act_{0} in harness/guest/*.sh)')
-	for word in row.steps:
-		expected = split_step(word)[1]
-		if expected and '=' in expected and not all('=' in pair for pair in expected.split(',')):
-			yield f'step "{word}": an expectation of several keys is KEY=VALUE,KEY=VALUE'
+			yield f'crash regex "{row.console}": {err}'
+
+
+def coverage_errors(cases: List[Case], known: Known, top: pathlib.Path = TOP) -> Iterator[Tuple[int, str]]:
+	"""Every case says what each default kernel does on every tree: a
+	column names it, or a skip line says why it does not run there.  A
+	skip that names a kernel a column runs on contradicts it."""
+	defaults = default_variants(top)
+	for case in cases:
+		for skip in case.skips:
+			for variant, tree in map(split_variant, skip.variants):
+				if variant not in known.variants:
+					yield skip.line, f'unknown variant "{variant}" in skip'
+		missing = []
+		for tree in sorted(known.trees):
+			ran = {v for row in case.rows for v in row_variants(row, tree)}
+			ran = set(known.variants) if 'all' in ran else ran
+			skipped = {name for name, only in map(split_variant, (v for s in case.skips for v in s.variants))
+				   if only in (None, tree)}
+			missing += [f'{v}@{tree}' for v in defaults if v not in ran | skipped]
+			for variant in sorted(ran & skipped):
+				yield case.line, f'case {case.id}: {variant}@{tree} has a column and a skip line'
+		if missing:
+			yield case.line, (f'case {case.id} says nothing of {", ".join(missing)}: add a column, '
+					  'or a line "skip KERNELS REASON"')
 
 
 def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]:
@@ -223,15 +387,20 @@ def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]
 
 
 def check(path: pathlib.Path, known: Known, coverage: bool = False) -> List[str]:
-	"""The table's errors; with COVERAGE, also the parameters that no fuzz=
-	step covers (make check asks it of the repository's table)."""
-	rows, parse_errors = parse(path)
-	errors = list(parse_errors)
+	"""The cases' errors; with COVERAGE (make check asks it of the
+	repository's cases), also a default kernel a case says nothing of,
+	and a parameter that no fuzz: step covers."""
+	cases, errors = parse_cases(path)
+	rows = [row for case in cases for row in case.rows]
+	errors = set(errors)
 	for row in rows:
-		errors += [(row.line, f'{path}:{row.line}: {e}') for e in row_errors(row, known)]
-	errors += [(row.line, f'{path}:{row.line}: {e}') for row, e in duplicate_errors(rows, known)]
+		errors |= {(line, f'{path}:{line}: {e}') for line, e in row_errors(row, known)}
+	errors |= {(row.line, f'{path}:{row.line}: {e}') for row, e in duplicate_errors(rows, known)}
 	if coverage:
-		errors += [(0, f'{path}: {e}') for e in fuzz_errors(rows, known)]
+		errors |= {(line, f'{path}:{line}: {e}') for line, e in coverage_errors(cases, known)}
+		errors |= {(0, f'{path}: {e}') for e in fuzz_errors(rows, known)}
+		errors |= {(0, f'harness/guest: act_{word} has the name of a case\'s own line: rename it')
+			   for word in KEYWORDS if word in known.steps}
 	return [text for _, text in sorted(errors)]
 
 
@@ -357,9 +526,9 @@ def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] 
 
 def main(argv: List[str]) -> int:
 	if len(argv) < 1 or argv[0] != 'check':
-		print('usage: harness/plan.py check [TABLE [VARIANT...]]', file=sys.stderr)
+		print('usage: harness/plan.py check [CASES [VARIANT...]]', file=sys.stderr)
 		return 2
-	path = pathlib.Path(argv[1]) if len(argv) > 1 else HARNESS / 'scenarios'
+	path = pathlib.Path(argv[1]) if len(argv) > 1 else TABLE
 	known = known_names()
 	errors = check(path, known, coverage=True) + variant_errors(argv[2:], known) + tree_errors()
 	for error in errors:

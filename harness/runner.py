@@ -2,7 +2,7 @@
 """harness/run: boot one QEMU guest per scenario and turn what it reports
 into verdicts.  `make test` builds the kernels and initramfs, then calls it.
 
-Scenarios are the rows of harness/scenarios, compiled once into a validated
+Scenarios are the cases of harness/cases, compiled once into a validated
 plan (harness/plan.py) over the kernel variants in $VARIANTS (default:
 kernel-patches/variants) and named VARIANT/ID/IMAGE.  Each runs in its own
 VM (a crash must not poison the next one), restored from a snapshot of its
@@ -53,7 +53,7 @@ TOP = HARNESS.parent
 BUILD = pathlib.Path(os.environ.get('RACEBLK_BUILD') or TOP / 'build' / plan.current_tree())
 SHOWN = os.path.relpath(BUILD, TOP) if BUILD.is_relative_to(TOP) else str(BUILD)
 RESULTS = BUILD / 'results'
-TABLE = HARNESS / 'scenarios'
+TABLE = plan.TABLE
 SNAPSHOT_MIN = 3	# a snapshot costs about two boots
 # A debug or KCSAN kernel runs a scenario 3 to 6 times slower under TCG
 # than a plain one (fixed-debug's reload_ungated: 40-55 s beside another
@@ -62,7 +62,7 @@ SLOW_VARIANT_TIMEOUT = 2
 SAVE_TRIES = 3
 
 USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list] [--matrix N] [--filter GLOBS] '
-	 '[--shard I/N] [--timeout SECONDS] [--table FILE] [--repeat N] [--image PATH [--expected FILE]]')
+	 '[--shard I/N] [--timeout SECONDS] [--cases FILE] [--repeat N] [--image PATH [--expected FILE]]')
 
 
 class Refusal(Exception):
@@ -86,7 +86,7 @@ def shard(text: str) -> Tuple[int, int]:
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
 	parser = argparse.ArgumentParser(prog='harness/run', usage=USAGE,
-					 description='Boot one QEMU guest per scenario of harness/scenarios.')
+					 description='Boot one QEMU guest per scenario of harness/cases.')
 	parser.add_argument('-j', dest='jobs', type=bounded(1, 64), default=os.cpu_count() or 1,
 			    help='guests at once (default: the number of CPUs)')
 	boots = parser.add_mutually_exclusive_group()
@@ -102,8 +102,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	parser.add_argument('--shard', type=shard, default=(1, 1), metavar='I/N',
 			    help='every Nth scenario from the Ith')
 	parser.add_argument('--timeout', type=bounded(1, 86400), default=60, metavar='SECONDS')
-	parser.add_argument('--table', default=str(TABLE), metavar='FILE',
-			    help='the scenario table (default: harness/scenarios; make soak writes its own)')
+	parser.add_argument('--cases', default=str(TABLE), metavar='FILE',
+			    help='the cases (default: harness/cases; make soak writes its own)')
 	parser.add_argument('--vcpus', type=bounded(1, 4), default=guestvm.VCPUS, metavar='N',
 			    help=f'each guest\'s vCPUs (default {guestvm.VCPUS})')
 	parser.add_argument('--repeat', type=bounded(1, 1000), default=1, metavar='N',
@@ -124,13 +124,13 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 
 def compile_plan(opts: argparse.Namespace) -> List[Scenario]:
 	"""The validated table, expanded, filtered and sharded."""
-	table = pathlib.Path(opts.table)
+	table = pathlib.Path(opts.cases)
 	if not table.is_file():
-		raise Refusal(f'no scenario table at {table}')
+		raise Refusal(f'no cases at {table}')
 	known = plan.known_names()
 	errors = plan.check(table, known) + plan.variant_errors(opts.variants, known)
 	if errors:
-		raise Refusal('\n'.join(errors) + '\nthe scenario table or VARIANTS has errors (above)')
+		raise Refusal('\n'.join(errors) + '\nthe cases or VARIANTS have errors (above)')
 	globs = opts.filter.split()
 	chosen = [s for s in plan.scenarios(table, opts.variants, opts.own_name)
 		  if any(fnmatch.fnmatchcase(s.name, g) for g in globs)]

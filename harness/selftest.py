@@ -26,7 +26,7 @@ import time
 import types
 import unittest
 import xml.etree.ElementTree as ET
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
@@ -36,6 +36,7 @@ import plan  # noqa: E402
 import reports  # noqa: E402
 import verdict  # noqa: E402
 
+TABLE = plan.TABLE
 FAKE_QEMU = HARNESS / 'selftest/fake-qemu'
 XSD = HARNESS / 'selftest/junit-10.xsd'
 SUMMARY_RE = re.compile(r'^(\d+) passed, (\d+) failed, (\d+) skipped$')
@@ -508,61 +509,109 @@ class Input(unittest.TestCase):
 		finally:
 			fake.close()
 
-	TABLE_ERRORS = (
-		('after_add_disk | vanilla | any | - | load=EIO', '5 columns, a row has 6'),
-		('none | vanila | any | - | - | load=OK', 'unknown variant "vanila"'),
-		('none | vanilla | any | - | - | lod=OK', 'unknown step "lod"'),
-		('none | vanilla | nosuch | - | - | load=OK', 'unknown image "nosuch"'),
-		('none | vanilla | any | - | BUG: ( | load=OK', 'console regex "BUG: ("'),
-		('none | vanilla | any | fail_a=none | - | load=OK', 'unknown raceblk parameter "fail_a"'),
-		('none | vanilla | any | machine=q35 | - | load=OK', 'unknown machine "q35"'),
-		('none | vanilla | any | - | - | load=*', 'step "load=*": NAME[:ARGS][=EXPECTED]'),
-		('none | vanilla | any | - | - | notify=events=COMING,GOING', 'an expectation of several keys is KEY=VALUE'),
-		('none | vanilla | any | - | - | load=OK\nnone | all | any | - | - | load=OK',
-		 'none on vanilla again (first at line 1)'),
-		('none | vanilla@2.4 | any | - | - | load=OK', 'unknown tree "2.4" in "vanilla@2.4"'),
-		('none | vanilla@6.1 | any | - | - | load=OK\nnone | vanilla | any | - | - | load=OK',
-		 'none on vanilla again (first at line 1)'))
+	@staticmethod
+	def case(kernel: str = 'vanilla', steps: str = 'load=OK', head: str = '') -> str:
+		"""A one-case file: its kernel line, an action per word of STEPS."""
+		return f'case none\n{head}kernel {kernel}\n' + steps.replace(' ', '\n') + '\n'
 
-	def test_table_errors_name_file_and_line(self):
+	CASE_ERRORS = (
+		('case none\nkernel vanilla fixed\nload=OK EIO\n', '1 cells, the kernel line (line 2) has 2 columns'),
+		(case('vanila'), 'unknown variant "vanila"'),
+		(case(steps='lod=OK'), 'unknown step "lod"'),
+		(case(head='image nosuch\n'), 'unknown image "nosuch"'),
+		('crash bad BUG: (\n' + case(head='', steps='crash\tbad load=OK').replace('\t', ' '),
+		 'crash regex "BUG: ("'),
+		(case(steps='crash\tnosuch load=OK').replace('\t', ' '), 'unknown crash "nosuch"'),
+		(case(head='params fail_a=none\n'), 'unknown raceblk parameter "fail_a"'),
+		(case(head='params machine=q35\n'), 'unknown machine "q35"'),
+		(case(steps='load=*'), 'step "load=*": NAME[:ARGS][=EXPECTED]'),
+		(case(steps='notify=events=COMING,GOING'), 'an expectation of several keys is KEY=VALUE'),
+		(case('vanilla all'), 'none on vanilla again (first at line 2)'),
+		(case('vanilla@6.1 vanilla'), 'none on vanilla again (first at line 2)'),
+		(case('vanilla@2.4'), 'unknown tree "2.4" in "vanilla@2.4"'),
+		(case() + case('fixed'), 'case none again (first at line 1): a case is written once'),
+		('load=OK\n', '"load=OK" outside a case'),
+		('case none\nparams fail_at=none\n', 'case none: no kernel line'),
+		('case none\nkernel vanilla fixed\nload=OK . -\n', 'column fixed: no action runs there'),
+		(case(head='kernel fixed\n'), '"kernel" after the kernel line'))
+
+	def test_case_errors_name_file_and_line(self):
 		with tempfile.TemporaryDirectory() as tmp:
-			table = pathlib.Path(tmp) / 'scenarios'
-			for text, message in self.TABLE_ERRORS:
-				with self.subTest(row=text):
-					table.write_text(text + '\n')
+			table = pathlib.Path(tmp) / 'cases'
+			for text, message in self.CASE_ERRORS:
+				with self.subTest(case=text):
+					table.write_text(text)
 					errors = plan.check(table, plan.known_names())
-					self.assertTrue(errors, text)
-					self.assertIn(message, errors[0])
-					self.assertRegex(errors[0], rf'^{re.escape(str(table))}:\d+: ')
+					self.assertTrue(any(message in e for e in errors), errors)
+					for error in errors:
+						self.assertRegex(error, rf'^{re.escape(str(table))}:\d+: ')
 
-	def test_readme_example_row_is_valid(self):
-		readme = (TOP / 'README.md').read_text()
-		rows = re.findall(r'^# id +\|.*\n((?:[a-z_]+ +\|.*\n)+)', readme, re.M)
-		self.assertTrue(rows, 'no example row under a "# id |" header in README.md')
+	def test_step_error_names_the_line_of_its_action(self):
 		with tempfile.TemporaryDirectory() as tmp:
-			table = pathlib.Path(tmp) / 'scenarios'
-			table.write_text(rows[0])
-			self.assertEqual(plan.check(table, plan.known_names()), [])
+			table = pathlib.Path(tmp) / 'cases'
+			table.write_text(self.case('vanilla fixed', 'load=OK lod=OK unload=OK'))
+			self.assertEqual(plan.check(table, plan.known_names()),
+					 [f'{table}:4: unknown step "lod" (no act_lod in harness/guest/*.sh)'])
 
-	def test_scenario_table_is_valid(self):
-		self.assertEqual(plan.check(HARNESS / 'scenarios', plan.known_names(), coverage=True), [])
+	def coverage_of(self, text: str) -> List[str]:
+		with tempfile.TemporaryDirectory() as tmp:
+			table = pathlib.Path(tmp) / 'cases'
+			table.write_text(text)
+			return [e for e in plan.check(table, plan.known_names(), coverage=True) if 'no fuzz: step' not in e]
+
+	def test_case_silent_on_a_default_kernel_is_an_error(self):
+		# A default kernel a case forgets would silently not run it.
+		errors = self.coverage_of('# a comment\n' + self.case('vanilla@6.1 fixed,rusty'))
+		self.assertEqual(len(errors), 1, errors)
+		self.assertRegex(errors[0], r'cases:2: case none says nothing of isolate@6\.1, vanilla@6\.12, isolate@6\.12: ')
+		self.assertEqual(self.coverage_of(self.case('vanilla fixed,rusty') + 'skip isolate why not\n'), [])
+		self.assertEqual(self.coverage_of(self.case('all')), [])
+		errors = self.coverage_of(self.case('vanilla isolate rusty fixed') + 'skip fixed why not\n')
+		self.assertEqual(len(errors), 2, errors)
+		self.assertIn('fixed@6.1 has a column and a skip line', errors[0])
+
+	def test_skip_needs_a_reason(self):
+		errors = self.coverage_of(self.case('vanilla rusty fixed') + 'skip isolate\n')
+		self.assertTrue(any('cases:4: skip KERNELS REASON' in e for e in errors), errors)
+
+	def test_cells_say_what_each_kernel_expects(self):
+		text = ('crash oops BUG: x\ncase probe\nkernel vanilla fixed isolate\n'
+			'crash . oops .\nload=OK\nheld . - .\nprobe:2:0=size64=9,read=0 mmap=OK mmap=SIGBUS -\n'
+			'unload EBUSY . OK\n')
+		with tempfile.TemporaryDirectory() as tmp:
+			table = pathlib.Path(tmp) / 'cases'
+			table.write_text(text)
+			self.assertEqual(plan.check(table, plan.known_names()), [])
+			chosen = {s.variant: s for s in plan.scenarios(table, ['vanilla', 'fixed', 'isolate'])}
+		self.assertEqual(chosen['vanilla'].steps, ('load=OK', 'held', 'probe:2:0=size64=9,read=0,mmap=OK', 'unload=EBUSY'))
+		self.assertEqual(chosen['fixed'].steps, ('load=OK', 'probe:2:0=size64=9,read=0,mmap=SIGBUS', 'unload'))
+		self.assertEqual(chosen['isolate'].steps, ('load=OK', 'held', 'unload=OK'))
+		self.assertEqual((chosen['vanilla'].console, chosen['fixed'].console), ('-', 'BUG: x'))
+
+	def test_readme_example_is_a_case_of_the_repository(self):
+		readme = (TOP / 'README.md').read_text()
+		example = re.findall(r'^```\n(case [a-z_]+\n(?:.+\n)+?)```', readme, re.M)
+		self.assertTrue(example, 'no case block in README.md')
+		self.assertIn(example[0], TABLE.read_text())
+
+	def test_cases_are_valid(self):
+		self.assertEqual(plan.check(TABLE, plan.known_names(), coverage=True), [])
 
 	def test_all_rows_skip_row_only_variants(self):
 		only = plan.row_only_variants()
 		self.assertTrue(only, 'no +NAME in kernel-patches/variants')
-		chosen = plan.scenarios(HARNESS / 'scenarios', plan.default_variants() + only)
+		chosen = plan.scenarios(TABLE, plan.default_variants() + only)
 		on_only = {s.id for s in chosen if s.variant in only}
-		named = {row.id for row in plan.parse(HARNESS / 'scenarios')[0]
+		named = {row.id for row in plan.parse(TABLE)[0]
 			 if any(v in only for v in plan.row_variants(row, plan.current_tree()))}
 		self.assertEqual(on_only, named)
 		self.assertNotIn('none', on_only)
 
 	def test_tree_qualified_variant_runs_on_its_tree_only(self):
-		rows = ('unload_io | vanilla@6.1,fixed | any | - | - | load=OK\n'
-			'unload_io | vanilla@6.12 | any | - | - | load=OK unload=EBUSY\n')
+		text = 'case unload_io\nkernel vanilla@6.1,fixed vanilla@6.12\nload=OK\nunload=EBUSY - .\n'
 		with tempfile.TemporaryDirectory() as tmp:
-			table = pathlib.Path(tmp) / 'scenarios'
-			table.write_text(rows)
+			table = pathlib.Path(tmp) / 'cases'
+			table.write_text(text)
 			for tree, steps in (('6.1', ('load=OK',)), ('6.12', ('load=OK', 'unload=EBUSY'))):
 				with self.subTest(tree=tree):
 					chosen = plan.scenarios(table, ['vanilla', 'fixed'], tree=tree)
@@ -574,7 +623,7 @@ class Input(unittest.TestCase):
 		for argv in ([], ['--faults', '--cycles', '300'], ['--ungated', '--runs', '20', '--variant', 'vanilla-debug'],
 			     ['--ungated=reload', '--cycles', '1', '--runs', '200', '--vcpus', '1']):
 			with tempfile.TemporaryDirectory() as tmp, self.subTest(argv=argv):
-				table = pathlib.Path(tmp) / 'scenarios'
+				table = pathlib.Path(tmp) / 'cases'
 				table.write_text(soak.table(soak.options(argv)))
 				self.assertEqual(plan.check(table, plan.known_names()), [])
 
@@ -600,10 +649,10 @@ class Input(unittest.TestCase):
 			      '1 run(s) failed without one', line)
 
 	def test_parameter_without_fuzz_fails_the_check(self):
-		text = (HARNESS / 'scenarios').read_text()
+		text = TABLE.read_text()
 		text = re.sub(r'fuzz:io_delay_ms:\S+', 'module=absent', text)
 		with tempfile.TemporaryDirectory() as tmp:
-			table = pathlib.Path(tmp) / 'scenarios'
+			table = pathlib.Path(tmp) / 'cases'
 			table.write_text(text)
 			errors = plan.check(table, plan.known_names(), coverage=True)
 		self.assertTrue(errors)
