@@ -445,6 +445,7 @@ class Runner:
 			path = workdir / name
 			texts[name] = path.read_bytes().decode(errors='replace').replace('\r\n', '\n') if path.exists() else ''
 			path.write_text(texts[name])
+		texts['console.log'] = verdict.unglued(texts['console.log'], texts['ktap'])
 		ktap = verdict.parse_ktap(texts['ktap'], list(scenario.guest_steps))
 		try:
 			verdict.compare_observations(scenario, ktap, BUILD)

@@ -406,6 +406,22 @@ class CrashScan(unittest.TestCase):
 		  'general protection fault, probably for non-canonical address 0xdead: 0000 [#1]',
 		  'Kernel panic - not syncing: Fatal exception', 'Oops: 0000 [#1] PREEMPT SMP')
 
+	def test_kernel_line_glued_to_the_guests_mirror(self):
+		# The serial port took an oops's first line in the middle of the
+		# guest's mirrored KTAP line: it is the kernel's line all the same.
+		ktap = ('KTAP version 1\n1..2\n# obs load_done=EIO\n'
+			'# scan: [    1.20] raceblk0: p1 p2\nok 1 load_done\n')
+		title = 'BUG: unable to handle page fault for address: ffffffffc0201000'
+		console = ('[    1.20] raceblk0: p1 p2\n# scan: [    1.20] raceblk0: p1 p2\n'
+			   f'# obs load_do[    2.50] {title}\nne=EIO\n[    2.51] #PF: supervisor read access\n'
+			   '[    2.52] Oops: 0000 [#1] PREEMPT SMP\nok 1 load_done\n')
+		self.assertEqual(verdict.crash_lines(console), ['Oops: 0000 [#1] PREEMPT SMP'])
+		fixed = verdict.unglued(console, ktap)
+		self.assertEqual(verdict.crash_lines(fixed), [title])
+		self.assertEqual(verdict.kernel_messages(fixed).count('raceblk0: p1 p2'), 1)
+		# Text of the guest's own that is no line it sent stays as it is.
+		self.assertEqual(verdict.unglued(f'oops[    2.50] {title}\n', ktap), f'oops[    2.50] {title}\n')
+
 	def test_die_headers_end_the_report(self):
 		for header in ('divide error: 0000 [#1] PREEMPT SMP', 'double fault: 0000 [#1]',
 			       'stack segment: 0000 [#1]', 'int3: 0000 [#1]'):

@@ -42,12 +42,32 @@ KNOWN_REPORTS = (
 REPORT_END_RE = re.compile(r'^=+$')
 OOPS_END_RE = re.compile(f'^{DIE_HEADER}')
 KERNEL_LINE_RE = re.compile(r'^\[\s*\d+\.\d+\] (.*)$')
+TIMESTAMP_RE = re.compile(r'\[\s*\d+\.\d+\] ')
 
 VERSION_RE = re.compile(r'^KTAP version 1$')
 PLAN_RE = re.compile(r'^1\.\.(\d+)$')
 SKIP_ALL_RE = re.compile(r'^1\.\.0 # SKIP ?(.*)$')
 RESULT_RE = re.compile(r'^(ok|not ok) (\d+) (\S+)( # .*)?$')
 TIME_RE = re.compile(r'^# time: (\d+\.\d+)s$')
+
+
+def unglued(console: str, ktap: str) -> str:
+	"""CONSOLE with each kernel line that began in the middle of a line the
+	guest was mirroring (its KTAP, KTAP) on a line of its own.  The kernel
+	writes to the serial port between two characters of the guest's tty
+	output, so "# obs load_done=EIO" and an oops's first line can share a
+	line, which then is no kernel line.  A line the guest sent whole stays
+	whole: the guest quotes kernel lines, timestamps and all."""
+	sent = set(ktap.split('\n'))
+	lines = []
+	for line in console.split('\n'):
+		if KERNEL_LINE_RE.match(line) or line in sent:
+			lines.append(line)
+			continue
+		cuts = [m.start() for m in TIMESTAMP_RE.finditer(line) if m.start() > 0]
+		cut = next((i for i in reversed(cuts) if any(s.startswith(line[:i]) for s in sent)), None)
+		lines += [line] if cut is None else [line[:cut], line[cut:]]
+	return '\n'.join(lines)
 
 
 def kernel_lines(console: str) -> List[Tuple[int, str]]:
