@@ -6,17 +6,29 @@
 #include <linux/blk-mq.h>
 
 /*
- * The points where init can fail or wait, in the order init reaches them.
- * The names are the values of fail_at= and hold=.
+ * The points where init can fail or wait, in the order init reaches them,
+ * and whether backend=blk and backend=scsi reach them.  The names are the
+ * values of fail_at= and hold=; modinfo lists them per backend.
  */
+#define RACEBLK_POINTS(X)						\
+	/* never reached: init runs to the end */			\
+	X(NONE,			none,			1, 1)		\
+	/* image loaded, nothing visible yet */				\
+	X(ALLOC,		alloc,			1, 1)		\
+	/* scsi: before the host is added */				\
+	X(BEFORE_ADD_DISK,	before_add_disk,	1, 1)		\
+	/* disk and partitions visible */				\
+	X(AFTER_ADD_DISK,	after_add_disk,		1, 0)		\
+	/* sd attached, partitions scanned */				\
+	X(AFTER_SCAN,		after_scan,		0, 1)		\
+	/* init has read its own disk */				\
+	X(AFTER_SCAN_IO,	after_scan_io,		1, 0)		\
+	/* everything done, about to return */				\
+	X(LATE,			late,			1, 1)
+
+#define RACEBLK_POINT_ENUM(id, name, blk, scsi)	RACEBLK_##id,
 enum raceblk_point {
-	RACEBLK_NONE,		/* never reached: init runs to the end */
-	RACEBLK_ALLOC,		/* image loaded, nothing visible yet */
-	RACEBLK_BEFORE_ADD_DISK,	/* scsi: before the host is added */
-	RACEBLK_AFTER_ADD_DISK,	/* blk: disk and partitions visible */
-	RACEBLK_AFTER_SCAN,	/* scsi: sd attached, partitions scanned */
-	RACEBLK_AFTER_SCAN_IO,	/* blk: init has read its own disk */
-	RACEBLK_LATE,		/* everything done, about to return */
+	RACEBLK_POINTS(RACEBLK_POINT_ENUM)
 	RACEBLK_NR_POINTS,
 };
 

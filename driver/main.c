@@ -38,14 +38,9 @@
 #include "raceblk.h"
 #include "internal.h"
 
+#define RACEBLK_POINT_NAME(id, name, blk, scsi)	[RACEBLK_##id] = #name,
 static const char * const raceblk_point_names[RACEBLK_NR_POINTS] = {
-	[RACEBLK_NONE]			= "none",
-	[RACEBLK_ALLOC]			= "alloc",
-	[RACEBLK_BEFORE_ADD_DISK]	= "before_add_disk",
-	[RACEBLK_AFTER_ADD_DISK]	= "after_add_disk",
-	[RACEBLK_AFTER_SCAN]		= "after_scan",
-	[RACEBLK_AFTER_SCAN_IO]		= "after_scan_io",
-	[RACEBLK_LATE]			= "late",
+	RACEBLK_POINTS(RACEBLK_POINT_NAME)
 };
 
 enum raceblk_backend {
@@ -59,12 +54,21 @@ static const char * const raceblk_backend_names[] = {
 };
 
 /* The points each backend reaches: fail_at= and hold= name one of them. */
+#define RACEBLK_BLK_BIT(id, name, blk, scsi)	| (blk ? BIT(RACEBLK_##id) : 0)
+#define RACEBLK_SCSI_BIT(id, name, blk, scsi)	| (scsi ? BIT(RACEBLK_##id) : 0)
 static const unsigned int raceblk_backend_points[] = {
-	[RACEBLK_BACKEND_BLK]	= GENMASK(RACEBLK_NR_POINTS - 1, 0) & ~BIT(RACEBLK_AFTER_SCAN),
-	[RACEBLK_BACKEND_SCSI]	= BIT(RACEBLK_NONE) | BIT(RACEBLK_ALLOC) |
-				  BIT(RACEBLK_BEFORE_ADD_DISK) | BIT(RACEBLK_AFTER_SCAN) |
-				  BIT(RACEBLK_LATE),
+	[RACEBLK_BACKEND_BLK]	= 0 RACEBLK_POINTS(RACEBLK_BLK_BIT),
+	[RACEBLK_BACKEND_SCSI]	= 0 RACEBLK_POINTS(RACEBLK_SCSI_BIT),
 };
+
+/* "none alloc ...": the names of the points a backend reaches, for modinfo. */
+#define RACEBLK_IF_1(s)	s
+#define RACEBLK_IF_0(s)
+#define RACEBLK_BLK_WORD(id, name, blk, scsi)	RACEBLK_IF_##blk(" " #name)
+#define RACEBLK_SCSI_WORD(id, name, blk, scsi)	RACEBLK_IF_##scsi(" " #name)
+#define RACEBLK_POINT_LISTS						\
+	"backend=blk:" RACEBLK_POINTS(RACEBLK_BLK_WORD)			\
+	"; backend=scsi:" RACEBLK_POINTS(RACEBLK_SCSI_WORD)
 
 /* What init does on failure once the disk was added. */
 enum raceblk_unwind {
@@ -84,7 +88,7 @@ static const char * const raceblk_unwind_names[] = {
 
 static char *g_fail_at = "none";
 module_param_named(fail_at, g_fail_at, charp, 0444);
-MODULE_PARM_DESC(fail_at, "Point where init fails: none, alloc, before_add_disk, after_add_disk, after_scan_io, late. Default: none");
+MODULE_PARM_DESC(fail_at, "Point where init fails; " RACEBLK_POINT_LISTS ". Default: none");
 
 /*
  * Integer parameters, as null_blk takes them: base 10 only ("010" is ten,
@@ -134,7 +138,7 @@ MODULE_PARM_DESC(fail_errno, "Positive errno init fails with at fail_at, 1..133 
 
 static char *g_hold = "none";
 module_param_named(hold, g_hold, charp, 0444);
-MODULE_PARM_DESC(hold, "Point where init waits for the release parameter (names as fail_at). Default: none");
+MODULE_PARM_DESC(hold, "Point where init waits for the release parameter; " RACEBLK_POINT_LISTS ". Default: none");
 
 static int g_hold_timeout_ms = 30000;
 raceblk_int_param(hold_timeout_ms, g_hold_timeout_ms, 1, RACEBLK_MAX_HOLD_MS);

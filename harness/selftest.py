@@ -825,6 +825,25 @@ class GuestSteps(unittest.TestCase):
 	def test_task_still_running_at_the_deadline_gets_its_state(self):
 		self.assertEqual(self.settle('sleep 60'), ['255:silent', '(S)'])
 
+	def soak_points(self, parm: str) -> subprocess.CompletedProcess:
+		# soak.sh sources its report library from the guest's /lib/raceblk.
+		script = (f'GUEST_LIB={HARNESS}/guest; . {HARNESS}/guest/proc.sh\n'
+			  f'eval "$(sed \'s|/lib/raceblk/|{HARNESS}/guest/|\' {HARNESS}/guest/soak.sh)"\n'
+			  f'modinfo() {{ [ "$*" = "-F parm x.ko" ] && printf \'%s\\n\' "{parm}" "hold:other"; }}\n'
+			  'soak_points x.ko && echo "$SOAK_BEFORE_DISK:$SOAK_POINTS"\n')
+		return subprocess.run(['busybox', 'sh', '-c', script], capture_output=True, text=True, check=False,
+				      timeout=30)
+
+	def test_soak_reads_the_failure_points_from_modinfo(self):
+		# The driver's MODULE_PARM_DESC(fail_at), as RACEBLK_POINTS makes it.
+		done = self.soak_points('fail_at:Point where init fails; backend=blk: none alloc before_add_disk '
+					'after_add_disk after_scan_io late; backend=scsi: none alloc before_add_disk '
+					'after_scan late. Default: none')
+		self.assertEqual((done.returncode, done.stdout), (0, '3:none alloc before_add_disk after_add_disk after_scan_io late\n'))
+		done = self.soak_points('fail_at:Point where init fails: none alloc. Default: none')
+		self.assertEqual(done.returncode, 1)
+		self.assertIn('no after_add_disk among the failure points', done.stdout)
+
 
 def load_soak():
 	"""harness/soak as a module (its file has no .py)."""

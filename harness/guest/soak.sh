@@ -45,7 +45,11 @@
 . /lib/raceblk/soakreport.sh
 
 SOAK_INSTANCES=4
-SOAK_POINTS="none alloc before_add_disk after_add_disk after_scan_io late"
+# The failure points of backend=blk, in the order init reaches them, as
+# the module lists them (soak_points), and how many come before
+# after_add_disk, the first with a disk to race for.
+SOAK_POINTS=
+SOAK_BEFORE_DISK=
 # How long an opener or the prober keeps an open at most (ms; drawn).  An
 # open is a use-after-free on vanilla only when it outlasts the unwind and
 # free_module() (two RCU grace periods on SMP): hundreds of ms on a TCG
@@ -182,18 +186,18 @@ soak_cycle() {
 
 	inst=raceblk_s$((n % SOAK_INSTANCES))
 	ko=/lib/modules/$inst.ko
+	# shellcheck disable=SC2086 # a word list
+	set -- $SOAK_POINTS
 	# shellcheck disable=SC3028 # busybox ash: RANDOM, seeded by soak_run
-	draw=$((RANDOM % 6)) hold=$((RANDOM % 2)) openers=$((RANDOM % 3))
+	draw=$((RANDOM % $#)) hold=$((RANDOM % 2)) openers=$((RANDOM % 3))
 	case $faults in
 	ungated*)
 		# No hold: two openers (none with the prober alone) race a
 		# plain init that fails once its disk is there.
-		draw=$((3 + draw % 3)) hold=0 openers=2
+		draw=$((SOAK_BEFORE_DISK + draw % ($# - SOAK_BEFORE_DISK))) hold=0 openers=2
 		[ "$faults" != ungated-prober ] || openers=0
 		;;
 	esac
-	# shellcheck disable=SC2086 # a word list
-	set -- $SOAK_POINTS
 	shift "$draw"
 	point=$1 hold_at=$1
 	[ "$point" = none ] && hold_at=late
@@ -284,6 +288,21 @@ soak_unwind_time() {
 		/the load returned/ && f { printf "%d\n", (t - f) * 1000 }' /tmp/soak.klog
 }
 
+# soak_points KO: SOAK_POINTS and SOAK_BEFORE_DISK from KO's modinfo,
+# "fail_at:...; backend=blk: none alloc ...; backend=scsi: ...".
+soak_points() {
+	local point
+
+	SOAK_POINTS=$(modinfo -F parm "$1" | sed -n 's/^fail_at:.*backend=blk: *\([^;]*\);.*/\1/p')
+	SOAK_BEFORE_DISK=0
+	for point in $SOAK_POINTS; do
+		[ "$point" != after_add_disk ] || return 0
+		SOAK_BEFORE_DISK=$((SOAK_BEFORE_DISK + 1))
+	done
+	echo "soak: no after_add_disk among the failure points of $1: '$SOAK_POINTS'"
+	return 1
+}
+
 # soak_run CYCLES SEED FAULTS
 soak_run() {
 	local cycles=$1 n=0 reports leaks known start problem="" inst
@@ -291,6 +310,7 @@ soak_run() {
 	# shellcheck disable=SC3028 # busybox ash reseeds RANDOM on assignment
 	RANDOM=$2
 	start=$(date +%s)
+	soak_points "/lib/modules/$(soak_instances | head -n 1).ko" || return 1
 	: > /tmp/soak.outcomes
 	: > /tmp/soak.reports
 	: > /tmp/soak.churns
