@@ -85,7 +85,7 @@ class Machine:
 	machine its snapshot was saved on, so cold boots, saves and restores
 	all take their arguments from here."""
 
-	def __init__(self, accel: str, variant: str, kernel: pathlib.Path, kind: str = 'microvm',
+	def __init__(self, accel: str, variant: str, kernel: pathlib.Path, kind: str = plan.DEFAULT_MACHINE,
 		     disk: Optional[pathlib.Path] = None, vcpus: int = VCPUS):
 		self.accel, self.variant, self.kernel = accel, variant, kernel
 		self.kind, self.disk, self.vcpus = kind, disk, vcpus
@@ -93,12 +93,12 @@ class Machine:
 		self.memory = 768 if 'debug' in plan.fragments_of(variant) else 256
 
 	def board(self) -> List[str]:
-		"""microvm, or pc with DISK on its PIIX3 IDE controller (writes go
-		to a temporary overlay: the image stays as built)."""
-		if self.kind == 'microvm':
-			return ['-M', 'microvm,x-option-roms=off,isa-serial=on,rtc=on']
-		return ['-M', 'pc', '-drive', f'file={qemu_value(self.disk)},format=raw,if=none,id=ide0,snapshot=on',
-			'-device', 'ide-hd,drive=ide0,bus=ide.0']
+		"""The machine's own QEMU arguments: harness/machines/KIND, one a
+		line, {disk} standing for DISK."""
+		lines = (plan.HARNESS / 'machines' / self.kind).read_text().splitlines()
+		disk = qemu_value(self.disk) if self.disk else ''
+		return [line.strip().replace('{disk}', disk) for line in lines
+			if line.strip() and not line.lstrip().startswith('#')]
 
 	def args(self, initrd: pathlib.Path, console: pathlib.Path, ktap_sock: str) -> List[str]:
 		# la57=off: with 5-level paging, 6.1's generic KASAN sometimes

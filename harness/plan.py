@@ -340,8 +340,8 @@ def column_errors(row: Row, known: Known) -> Iterator[str]:
 	yield from word_errors(row.params, PARAM_RE, known.params | {'machine'}, 'param "{}": NAME=VALUE',
 			       'unknown raceblk parameter "{}" (module_param in driver/main.c)')
 	for param in row.params:
-		if param.startswith('machine=') and param[len('machine='):] not in MACHINES:
-			yield f'unknown machine "{param[len("machine="):]}" ({", ".join(MACHINES)})'
+		if param.startswith('machine=') and param[len('machine='):] not in machines():
+			yield f'unknown machine "{param[len("machine="):]}" (harness/machines: {", ".join(machines())})'
 	if row.console != '-':
 		try:
 			re.compile(row.console)
@@ -432,10 +432,13 @@ def tree_errors(top: pathlib.Path = TOP) -> List[str]:
 
 
 DEFAULT_IMAGE = 'mbr-primary'
-# The machines a row can ask for with machine=NAME in its params column
-# (the runner's, not raceblk's): microvm, the default, or QEMU's pc with
-# the row's image as an IDE disk on its PIIX3 controller.
-MACHINES = ('microvm', 'pc-ide')
+# The machines a case can ask for with machine=NAME in its params (the
+# runner's, not raceblk's): harness/machines/NAME, QEMU's arguments.
+DEFAULT_MACHINE = 'microvm'
+
+
+def machines(top: pathlib.Path = TOP) -> List[str]:
+	return sorted(p.name for p in (top / 'harness/machines').iterdir())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -448,7 +451,7 @@ class Scenario:
 	console: str
 	steps: Tuple[str, ...]
 	line: int
-	machine: str = 'microvm'
+	machine: str = DEFAULT_MACHINE
 
 	@property
 	def name(self) -> str:
@@ -500,7 +503,7 @@ def row_images(row: Row, own_image: Optional[str], top: pathlib.Path = TOP) -> L
 def resolve(row: Row, variant: str, image: str) -> Scenario:
 	"""The row as the guest runs it: the image named in params unless they
 	name one, the machine taken out of them."""
-	machine = next((p.split('=', 1)[1] for p in row.params if p.startswith('machine=')), MACHINES[0])
+	machine = next((p.split('=', 1)[1] for p in row.params if p.startswith('machine=')), DEFAULT_MACHINE)
 	params = tuple(p for p in row.params if not p.startswith('machine='))
 	if not any(p.startswith('image=') for p in params):
 		params = (f'image=raceblk/{image}.img',) + params

@@ -254,7 +254,7 @@ def check_built(scenarios: List[Scenario], variants: List[str]) -> None:
 	for image in sorted({s.image for s in scenarios}):
 		if not image_archive(image).is_file():
 			raise Refusal(f"no archive of image '{image}' under {SHOWN}/: run 'make initramfs'")
-	for image in sorted({s.image for s in scenarios if s.machine != 'microvm'}):
+	for image in sorted({s.image for s in scenarios if s.machine != plan.DEFAULT_MACHINE}):
 		if not disk_of(image).is_file():
 			raise Refusal(f"no disk image '{image}' under {SHOWN}/: run 'make images'")
 	if not shutil.which(guestvm.QEMU):
@@ -288,7 +288,7 @@ class Runner:
 
 	def machine(self, variant: str, accel: Optional[str] = None,
 		    scenario: Optional[Scenario] = None) -> guestvm.Machine:
-		if scenario is None or scenario.machine == 'microvm':
+		if scenario is None or scenario.machine == plan.DEFAULT_MACHINE:
 			return guestvm.Machine(accel or self.accel, variant, kernel_of(variant), vcpus=self.opts.vcpus)
 		return guestvm.Machine(accel or self.accel, variant, kernel_of(variant), scenario.machine,
 				       disk_of(scenario.image), vcpus=self.opts.vcpus)
@@ -388,7 +388,7 @@ class Runner:
 		# Snapshots are of microvm guests; other machines boot cold.
 		# Each --repeat run is a boot of its own.
 		for scenario in self.scenarios:
-			if scenario.machine == 'microvm':
+			if scenario.machine == plan.DEFAULT_MACHINE:
 				boots[scenario.variant] = boots.get(scenario.variant, 0) + self.opts.repeat
 		wanted = [v for v, n in boots.items()
 			  if self.opts.boot == 'snapshot' or (self.opts.boot == 'auto' and n >= SNAPSHOT_MIN)]
@@ -397,7 +397,7 @@ class Runner:
 				if why:
 					print(f'harness: cannot save a snapshot of {variant}; cold boots instead. {why}',
 					      file=sys.stderr)
-		kinds = {s.variant in self.snapshots and s.machine == 'microvm' for s in self.scenarios}
+		kinds = {s.variant in self.snapshots and s.machine == plan.DEFAULT_MACHINE for s in self.scenarios}
 		return {frozenset([True]): 'snapshots', frozenset([False]): 'cold boots'}.get(
 			frozenset(kinds), 'snapshots and cold boots')
 
@@ -408,7 +408,7 @@ class Runner:
 		return base if self.opts.repeat == 1 else base / f'run-{k}'
 
 	def boot(self, scenario: Scenario, workdir: pathlib.Path) -> str:
-		snapshot = self.snapshots.get(scenario.variant) if scenario.machine == 'microvm' else None
+		snapshot = self.snapshots.get(scenario.variant) if scenario.machine == plan.DEFAULT_MACHINE else None
 		if snapshot is None:
 			initrd = workdir / 'initrd'
 			write_initrd(scenario.variant, scenario.image, initrd)
