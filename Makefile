@@ -88,7 +88,7 @@ INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 
-.PHONY: all deps deps-check check kernel kernels driver images initramfs test race-demo bench soak \
+.PHONY: all deps deps-check check docs kernel kernels driver images initramfs test race-demo bench soak \
 	images-check series-check series-export series-tree clean distclean
 all: initramfs
 
@@ -399,6 +399,11 @@ series-export: deps
 # A git tree with the series as commits, to edit the patches.
 series-tree: deps
 	@kernel-patches/series-check --tree-only
+
+# docs/actions.md: the guest's actions, from their comments (make check
+# fails when it is not what this writes).
+docs:
+	@harness/plan.py actions > docs/actions.md
 
 # What builds and boots nothing: every shell script through shellcheck
 # (guest ones as busybox sh), the Python runner compiled and through

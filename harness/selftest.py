@@ -610,6 +610,10 @@ class Input(unittest.TestCase):
 		self.assertTrue(example, 'no case block in README.md')
 		self.assertIn(example[0], TABLE.read_text())
 
+	def test_action_docs_are_current(self):
+		self.assertEqual((TOP / 'docs/actions.md').read_text(), plan.action_docs(),
+				 'docs/actions.md is not what the guest\'s comments say: run make docs')
+
 	def test_cases_are_valid(self):
 		self.assertEqual(plan.check(TABLE, plan.known_names(), coverage=True), [])
 

@@ -1,8 +1,8 @@
 # Other drivers: the SCSI midlayer's (scsi_debug, ata_piix, sd), the
 # in-tree null_blk, and the reproducer posting's module selftest.
+
 # scsi_scan:sync|async: the SCSI midlayer's scan order for the hosts added
 # from now on (scsi_mod.scan, writable at run time).
-
 act_scsi_scan() {
 	echo "$1" > /sys/module/scsi_mod/parameters/scan || return 1
 	echo "scsi_mod.scan: $(cat /sys/module/scsi_mod/parameters/scan)"
