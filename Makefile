@@ -403,7 +403,7 @@ series-tree: deps
 # docs/actions.md: the guest's actions, from their comments (make check
 # fails when it is not what this writes).
 docs:
-	@harness/plan.py actions > docs/actions.md
+	@harness/plan.py actions > docs/actions.md.new && mv docs/actions.md.new docs/actions.md
 
 # What builds and boots nothing: every shell script through shellcheck
 # (guest ones as busybox sh), the Python runner compiled and through

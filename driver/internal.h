@@ -7,21 +7,22 @@
 
 /*
  * The points where init can fail or wait, in the order init reaches them,
- * and whether backend=blk and backend=scsi reach them.  The names are the
- * values of fail_at= and hold=; modinfo lists them per backend.
+ * and whether backend=blk and backend=scsi reach them (a literal 1 or 0:
+ * main.c pastes it into a macro name).  The names are the values of
+ * fail_at= and hold=; modinfo lists them per backend.
  */
 #define RACEBLK_POINTS(X)						\
 	/* never reached: init runs to the end */			\
 	X(NONE,			none,			1, 1)		\
 	/* image loaded, nothing visible yet */				\
 	X(ALLOC,		alloc,			1, 1)		\
-	/* scsi: before the host is added */				\
+	/* blk: before add_disk(); scsi: before the host is added */	\
 	X(BEFORE_ADD_DISK,	before_add_disk,	1, 1)		\
-	/* disk and partitions visible */				\
+	/* blk: disk and partitions visible */				\
 	X(AFTER_ADD_DISK,	after_add_disk,		1, 0)		\
-	/* sd attached, partitions scanned */				\
+	/* scsi: sd attached, partitions scanned */			\
 	X(AFTER_SCAN,		after_scan,		0, 1)		\
-	/* init has read its own disk */				\
+	/* blk: init has read its own disk */				\
 	X(AFTER_SCAN_IO,	after_scan_io,		1, 0)		\
 	/* everything done, about to return */				\
 	X(LATE,			late,			1, 1)
@@ -31,6 +32,7 @@ enum raceblk_point {
 	RACEBLK_POINTS(RACEBLK_POINT_ENUM)
 	RACEBLK_NR_POINTS,
 };
+#undef RACEBLK_POINT_ENUM
 
 struct Scsi_Host;
 

@@ -42,6 +42,7 @@
 static const char * const raceblk_point_names[RACEBLK_NR_POINTS] = {
 	RACEBLK_POINTS(RACEBLK_POINT_NAME)
 };
+#undef RACEBLK_POINT_NAME
 
 enum raceblk_backend {
 	RACEBLK_BACKEND_BLK,
@@ -54,14 +55,19 @@ static const char * const raceblk_backend_names[] = {
 };
 
 /* The points each backend reaches: fail_at= and hold= name one of them. */
-#define RACEBLK_BLK_BIT(id, name, blk, scsi)	| (blk ? BIT(RACEBLK_##id) : 0)
-#define RACEBLK_SCSI_BIT(id, name, blk, scsi)	| (scsi ? BIT(RACEBLK_##id) : 0)
+#define RACEBLK_BLK_BIT(id, name, blk, scsi)	((blk) ? BIT(RACEBLK_##id) : 0) |
+#define RACEBLK_SCSI_BIT(id, name, blk, scsi)	((scsi) ? BIT(RACEBLK_##id) : 0) |
 static const unsigned int raceblk_backend_points[] = {
-	[RACEBLK_BACKEND_BLK]	= 0 RACEBLK_POINTS(RACEBLK_BLK_BIT),
-	[RACEBLK_BACKEND_SCSI]	= 0 RACEBLK_POINTS(RACEBLK_SCSI_BIT),
+	[RACEBLK_BACKEND_BLK]	= RACEBLK_POINTS(RACEBLK_BLK_BIT) 0,
+	[RACEBLK_BACKEND_SCSI]	= RACEBLK_POINTS(RACEBLK_SCSI_BIT) 0,
 };
+#undef RACEBLK_BLK_BIT
+#undef RACEBLK_SCSI_BIT
 
-/* "none alloc ...": the names of the points a backend reaches, for modinfo. */
+/*
+ * "backend=blk: none alloc ...; backend=scsi: ...": the points of each
+ * backend, for the descriptions of fail_at= and hold= (modinfo).
+ */
 #define RACEBLK_IF_1(s)	s
 #define RACEBLK_IF_0(s)
 #define RACEBLK_BLK_WORD(id, name, blk, scsi)	RACEBLK_IF_##blk(" " #name)

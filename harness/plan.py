@@ -60,6 +60,8 @@ class Row:
 	console: str
 	steps: Tuple[str, ...]
 	step_lines: Tuple[int, ...] = ()
+	param_line: int = 0
+	image_line: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,7 +151,7 @@ def action_docs(top: pathlib.Path = TOP) -> str:
 				text = ' '.join(c.lstrip('#').strip() for c in lines[start:i])
 				# "NAME:ARGS: what it does" -> `NAME:ARGS`: what it does
 				usage, _, rest = text.partition(': ')
-				if step_name(usage + ' ') != match.group(1) or not rest:
+				if re.match(r'[a-z0-9_]*', usage).group() != match.group(1) or not rest:
 					usage, rest = match.group(1), text or '(no comment)'
 				found.append(f'- `{usage}`: {rest}')
 		if found:
@@ -200,7 +202,9 @@ class _Draft:
 	line: int
 	id: str
 	params: Tuple[str, ...] = ()
+	param_line: int = 0
 	image: str = 'any'
+	image_line: int = 0
 	kernel_line: int = 0
 	columns: Tuple[str, ...] = ()
 	table: List[Tuple[int, str, Tuple[str, ...]]] = dataclasses.field(default_factory=list)
@@ -224,7 +228,8 @@ def parse_cases(path: pathlib.Path) -> Tuple[List[Case], List[Tuple[int, str]]]:
 			if case is not None:
 				cases.append(case)
 
-	for nr, text in enumerate(path.read_text().splitlines(), 1):
+	# split('\n'), not splitlines(): a form feed is no new line.
+	for nr, text in enumerate(path.read_text().split('\n'), 1):
 		words = tuple(text.split())
 		if not words or words[0].startswith('#'):
 			continue
@@ -232,8 +237,14 @@ def parse_cases(path: pathlib.Path) -> Tuple[List[Case], List[Tuple[int, str]]]:
 		if key == 'crash' and draft is None:
 			if len(rest) < 2 or not CRASH_NAME_RE.match(rest[0]):
 				error(nr, 'crash NAME REGEX: a name (lower case letters, digits, _) and its regex')
+			elif rest[0] in crashes:
+				error(nr, f'crash {rest[0]} named again')
 			else:
 				crashes[rest[0]] = text.split(None, 2)[2].strip()
+				try:
+					re.compile(crashes[rest[0]])
+				except re.error as err:
+					error(nr, f'crash regex "{crashes[rest[0]]}": {err}')
 		elif key == 'case':
 			finish()
 			draft = _Draft(nr, rest[0] if len(rest) == 1 else '')
@@ -247,10 +258,12 @@ def parse_cases(path: pathlib.Path) -> Tuple[List[Case], List[Tuple[int, str]]]:
 			else:
 				draft.skips.append(Skip(nr, tuple(rest[0].split(',')), ' '.join(rest[1:])))
 		elif draft.kernel_line == 0:
-			if key == 'params':
-				draft.params = rest
+			if key in ('params', 'image') and getattr(draft, f'{"param" if key == "params" else key}_line'):
+				error(nr, f'a second {key} line (the case\'s {key} go on one line)')
+			elif key == 'params':
+				draft.params, draft.param_line = rest, nr
 			elif key == 'image':
-				draft.image = rest[0] if len(rest) == 1 else ''
+				draft.image, draft.image_line = (rest[0] if len(rest) == 1 else ''), nr
 				if len(rest) != 1:
 					error(nr, 'image NAME: one image (an image per column goes under the kernel line)')
 			elif key == 'kernel':
@@ -282,20 +295,21 @@ def compile_case(draft: _Draft, crashes: Dict[str, str], error) -> Optional[Case
 		return None
 	rows = []
 	for column, variants in enumerate(draft.columns):
-		image, console, steps, lines = draft.image, '-', [], []
+		image, image_line, console, steps, lines = draft.image, draft.image_line, '-', [], []
 		for nr, head, cells in draft.table:
 			cell = cells[column]
 			if head == 'image':
-				image = cell
+				image, image_line = (image if cell == RUN else cell), nr
 			elif head == 'crash':
 				console = crash_regex(cell, crashes, lambda text, nr=nr: error(nr, text))
 			elif cell != NOT_RUN:
-				steps.append(head if cell == RUN else with_expected(head, cell))
+				steps.append(head if cell == RUN else with_expected(head, cell, lambda text, nr=nr: error(nr, text)))
 				lines.append(nr)
 		if not steps:
 			error(draft.kernel_line, f'column {variants}: no action runs there')
 		rows.append(Row(line=draft.kernel_line, id=draft.id, variants=tuple(variants.split(',')), image=image,
-				params=draft.params, console=console, steps=tuple(steps), step_lines=tuple(lines)))
+				params=draft.params, console=console, steps=tuple(steps), step_lines=tuple(lines),
+				param_line=draft.param_line, image_line=image_line))
 	return Case(line=draft.line, id=draft.id, rows=tuple(rows), skips=tuple(draft.skips))
 
 
@@ -310,12 +324,14 @@ def crash_regex(cell: str, crashes: Dict[str, str], error) -> str:
 	return '|'.join(crashes[name] for name in cell.split('+'))
 
 
-def with_expected(head: str, cell: str) -> str:
+def with_expected(head: str, cell: str, error) -> str:
 	"""The step word of an action line's head and a column's cell: the
 	cell is what that column expects; KEY=VALUE,... under a head with
 	KEY=VALUE,... adds those keys to the head's (or sets them)."""
 	sent, expected = split_step(head)
 	if expected and '=' in expected and '=' in cell:
+		if not all('=' in pair for pair in f'{expected},{cell}'.split(',')):
+			error(f'"{cell}" under "{head}": both KEY=VALUE,KEY=VALUE')
 		pairs = dict(pair.split('=', 1) for pair in expected.split(',') if '=' in pair)
 		pairs.update(pair.split('=', 1) for pair in cell.split(',') if '=' in pair)
 		return f'{sent}=' + ','.join(f'{key}={value}' for key, value in pairs.items())
@@ -343,6 +359,10 @@ def row_errors(row: Row, known: Known) -> Iterator[Tuple[int, str]]:
 	"""What is wrong with a row, each at its line (a step's at its own)."""
 	for text in column_errors(row, known):
 		yield row.line, text
+	for text in image_errors(row, known):
+		yield row.image_line or row.line, text
+	for text in param_errors(row, known):
+		yield row.param_line or row.line, text
 	lines = row.step_lines or (row.line,) * len(row.steps)
 	for word, line in zip(row.steps, lines):
 		for text in word_errors((word,), ACTION_RE, known.steps, 'step "{}": NAME[:ARGS][=EXPECTED]',
@@ -364,18 +384,24 @@ def column_errors(row: Row, known: Known) -> Iterator[str]:
 	for tree in known.trees:
 		if 'all' in row_variants(row, tree) and len(row_variants(row, tree)) > 1:
 			yield f'"all" with other variants on {tree}'
-	if row.image not in ('all', 'any') and row.image not in known.images:
-		yield f'unknown image "{row.image}" (images/*.parted, images/*.patch, all, any)'
-	yield from word_errors(row.params, PARAM_RE, known.params | {'machine'}, 'param "{}": NAME=VALUE',
-			       'unknown raceblk parameter "{}" (module_param in driver/main.c)')
-	for param in row.params:
-		if param.startswith('machine=') and param[len('machine='):] not in machines():
-			yield f'unknown machine "{param[len("machine="):]}" (harness/machines: {", ".join(machines())})'
 	if row.console != '-':
 		try:
 			re.compile(row.console)
 		except re.error as err:
 			yield f'crash regex "{row.console}": {err}'
+
+
+def image_errors(row: Row, known: Known) -> Iterator[str]:
+	if row.image not in ('all', 'any') and row.image not in known.images:
+		yield f'unknown image "{row.image}" (images/*.parted, images/*.patch, all, any)'
+
+
+def param_errors(row: Row, known: Known) -> Iterator[str]:
+	yield from word_errors(row.params, PARAM_RE, known.params | {'machine'}, 'param "{}": NAME=VALUE',
+			       'unknown raceblk parameter "{}" (module_param in driver/main.c)')
+	for param in row.params:
+		if param.startswith('machine=') and param[len('machine='):] not in machines():
+			yield f'unknown machine "{param[len("machine="):]}" (harness/machines: {", ".join(machines())})'
 
 
 def coverage_errors(cases: List[Case], known: Known, top: pathlib.Path = TOP) -> Iterator[Tuple[int, str]]:
@@ -388,15 +414,19 @@ def coverage_errors(cases: List[Case], known: Known, top: pathlib.Path = TOP) ->
 			for variant, tree in map(split_variant, skip.variants):
 				if variant not in known.variants:
 					yield skip.line, f'unknown variant "{variant}" in skip'
+				if tree is not None and tree not in known.trees:
+					yield skip.line, f'unknown tree "{tree}" in skip (trees: {", ".join(sorted(known.trees))})'
 		missing = []
 		for tree in sorted(known.trees):
 			ran = {v for row in case.rows for v in row_variants(row, tree)}
 			ran = set(known.variants) if 'all' in ran else ran
-			skipped = {name for name, only in map(split_variant, (v for s in case.skips for v in s.variants))
-				   if only in (None, tree)}
-			missing += [f'{v}@{tree}' for v in defaults if v not in ran | skipped]
-			for variant in sorted(ran & skipped):
-				yield case.line, f'case {case.id}: {variant}@{tree} has a column and a skip line'
+			skipped = {}
+			for skip in case.skips:
+				skipped.update((name, skip.line) for name, only in map(split_variant, skip.variants)
+					       if only in (None, tree))
+			missing += [f'{v}@{tree}' for v in defaults if v not in ran | set(skipped)]
+			for variant in sorted(ran & set(skipped)):
+				yield skipped[variant], f'case {case.id}: {variant}@{tree} has a column and a skip line'
 		if missing:
 			yield case.line, (f'case {case.id} says nothing of {", ".join(missing)}: add a column, '
 					  'or a line "skip KERNELS REASON"')

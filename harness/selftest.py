@@ -549,7 +549,11 @@ class Input(unittest.TestCase):
 		('load=OK\n', '"load=OK" outside a case'),
 		('case none\nparams fail_at=none\n', 'case none: no kernel line'),
 		('case none\nkernel vanilla fixed\nload=OK . -\n', 'column fixed: no action runs there'),
-		(case(head='kernel fixed\n'), '"kernel" after the kernel line'))
+		(case(head='kernel fixed\n'), '"kernel" after the kernel line'),
+		(case(head='params fail_at=late\nparams hold=late\n'), 'a second params line'),
+		('case none\nkernel vanilla fixed\nprobe:2:0=size64=1,read=0 mmap=OK,junk .\n',
+		 '"mmap=OK,junk" under "probe:2:0=size64=1,read=0": both KEY=VALUE,KEY=VALUE'),
+		('crash oops x\ncrash oops y\n' + case(), 'crash oops named again'))
 
 	def test_case_errors_name_file_and_line(self):
 		with tempfile.TemporaryDirectory() as tmp:
@@ -562,12 +566,15 @@ class Input(unittest.TestCase):
 					for error in errors:
 						self.assertRegex(error, rf'^{re.escape(str(table))}:\d+: ')
 
-	def test_step_error_names_the_line_of_its_action(self):
+	def test_errors_name_the_line_they_are_on(self):
 		with tempfile.TemporaryDirectory() as tmp:
 			table = pathlib.Path(tmp) / 'cases'
 			table.write_text(self.case('vanilla fixed', 'load=OK lod=OK unload=OK'))
 			self.assertEqual(plan.check(table, plan.known_names()),
 					 [f'{table}:4: unknown step "lod" (no act_lod in harness/guest/*.sh)'])
+			table.write_text('crash bad BUG: (\n' + self.case(head='params fail_a=1\nimage nosuch\n'))
+			self.assertEqual([e.split(': ', 1)[0] for e in plan.check(table, plan.known_names())],
+					 [f'{table}:1', f'{table}:3', f'{table}:4'])
 
 	def coverage_of(self, text: str) -> List[str]:
 		with tempfile.TemporaryDirectory() as tmp:
@@ -585,6 +592,10 @@ class Input(unittest.TestCase):
 		errors = self.coverage_of(self.case('vanilla isolate rusty fixed') + 'skip fixed why not\n')
 		self.assertEqual(len(errors), 2, errors)
 		self.assertIn('fixed@6.1 has a column and a skip line', errors[0])
+
+	def test_skip_names_known_kernels(self):
+		errors = self.coverage_of(self.case('vanilla rusty fixed') + 'skip isolate@2.4 why\n')
+		self.assertTrue(any('cases:4: unknown tree "2.4" in skip' in e for e in errors), errors)
 
 	def test_skip_needs_a_reason(self):
 		errors = self.coverage_of(self.case('vanilla rusty fixed') + 'skip isolate\n')
@@ -830,21 +841,25 @@ class GuestSteps(unittest.TestCase):
 		self.assertEqual(self.settle('sleep 60'), ['255:silent', '(S)'])
 
 	def soak_points(self, parm: str) -> subprocess.CompletedProcess:
-		# soak.sh sources its report library from the guest's /lib/raceblk.
-		script = (f'GUEST_LIB={HARNESS}/guest; . {HARNESS}/guest/proc.sh\n'
-			  f'eval "$(sed \'s|/lib/raceblk/|{HARNESS}/guest/|\' {HARNESS}/guest/soak.sh)"\n'
-			  f'modinfo() {{ [ "$*" = "-F parm x.ko" ] && printf \'%s\\n\' "{parm}" "hold:other"; }}\n'
-			  'soak_points x.ko && echo "$SOAK_BEFORE_DISK:$SOAK_POINTS"\n')
-		return subprocess.run(['busybox', 'sh', '-c', script], capture_output=True, text=True, check=False,
-				      timeout=30)
+		"""soak_points on a stand-in module: PARM among NUL-terminated
+		strings, as a .ko's .modinfo section holds them."""
+		with tempfile.TemporaryDirectory() as tmp:
+			ko = pathlib.Path(tmp) / 'x.ko'
+			ko.write_bytes(b'\x7fELF\0license=GPL\0' + parm.encode() + b'\0parm=hold:other\0')
+			# soak.sh sources its report library from the guest's /lib/raceblk.
+			script = (f'GUEST_LIB={HARNESS}/guest; . {HARNESS}/guest/proc.sh\n'
+				  f'eval "$(sed \'s|/lib/raceblk/|{HARNESS}/guest/|\' {HARNESS}/guest/soak.sh)"\n'
+				  f'soak_points {ko} && echo "$SOAK_BEFORE_DISK:$SOAK_POINTS"\n')
+			return subprocess.run(['busybox', 'sh', '-c', script], capture_output=True, text=True,
+					      check=False, timeout=30)
 
 	def test_soak_reads_the_failure_points_from_modinfo(self):
 		# The driver's MODULE_PARM_DESC(fail_at), as RACEBLK_POINTS makes it.
-		done = self.soak_points('fail_at:Point where init fails; backend=blk: none alloc before_add_disk '
+		done = self.soak_points('parm=fail_at:Point where init fails; backend=blk: none alloc before_add_disk '
 					'after_add_disk after_scan_io late; backend=scsi: none alloc before_add_disk '
 					'after_scan late. Default: none')
 		self.assertEqual((done.returncode, done.stdout), (0, '3:none alloc before_add_disk after_add_disk after_scan_io late\n'))
-		done = self.soak_points('fail_at:Point where init fails: none alloc. Default: none')
+		done = self.soak_points('parm=fail_at:Point where init fails: none alloc. Default: none')
 		self.assertEqual(done.returncode, 1)
 		self.assertIn('no after_add_disk among the failure points', done.stdout)
 

@@ -289,11 +289,13 @@ soak_unwind_time() {
 }
 
 # soak_points KO: SOAK_POINTS and SOAK_BEFORE_DISK from KO's modinfo,
-# "fail_at:...; backend=blk: none alloc ...; backend=scsi: ...".
+# "parm=fail_at:...; backend=blk: none alloc ...; backend=scsi: ...", read
+# from the file itself: busybox modinfo wants a modules.dep the guest has
+# no use for.
 soak_points() {
 	local point
 
-	SOAK_POINTS=$(modinfo -F parm "$1" | sed -n 's/^fail_at:.*backend=blk: *\([^;]*\);.*/\1/p')
+	SOAK_POINTS=$(tr '\0' '\n' < "$1" | sed -n 's/^parm=fail_at:.*backend=blk: *\([^;]*\);.*/\1/p')
 	SOAK_BEFORE_DISK=0
 	for point in $SOAK_POINTS; do
 		[ "$point" != after_add_disk ] || return 0
