@@ -143,7 +143,7 @@ scan_obs() {
 	fail=$(dmesg | grep -n "raceblk: failing init at" | head -n 1)
 	echo "scan: ${scan#*:}"
 	echo "fail: ${fail#*:}"
-	obs scan "$(echo "${scan#*:}" | sed 's/^\[[ 0-9.]*\]  [^:]*://' | grep -o "${SCAN}[0-9]*" |
+	obs scan "$(echo "${scan#*:}" | sed 's/^\[[ 0-9.]*\]  [^:]*://' | grep -o "${SCAN}[0-9][0-9]*" |
 		sed "s/^$SCAN//" | paste -s -d ' ' | grep . || echo none)"
 	obs failed "$([ -n "$fail" ] && echo yes || echo no)"
 	if [ -n "$scan" ] && [ -n "$fail" ]; then
