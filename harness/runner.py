@@ -713,7 +713,7 @@ def main(argv: List[str]) -> int:
 	xfail = sum(1 for r in records if r['verdict'] == 'PASS' and r['xfail'])
 	if xfail:
 		print(f'harness: {xfail} of the passes are XFAIL: the kernel crashed or warned as the case '
-		      'expects (the bug it reproduces)')
+		      'expects (the bug it reproduces, or the warning of the design it shows)')
 	print(f'{count["passed"]} passed, {failed} failed, {skipped} skipped', flush=True)
 	if signum:
 		return 128 + signum
