@@ -32,6 +32,7 @@ enum raceblk_point {
 	RACEBLK_POINTS(RACEBLK_POINT_ENUM)
 	RACEBLK_NR_POINTS,
 };
+
 #undef RACEBLK_POINT_ENUM
 
 struct Scsi_Host;

@@ -42,6 +42,7 @@
 static const char * const raceblk_point_names[RACEBLK_NR_POINTS] = {
 	RACEBLK_POINTS(RACEBLK_POINT_NAME)
 };
+
 #undef RACEBLK_POINT_NAME
 
 enum raceblk_backend {
@@ -54,15 +55,16 @@ static const char * const raceblk_backend_names[] = {
 	[RACEBLK_BACKEND_SCSI]	= "scsi",
 };
 
-/* The points each backend reaches: fail_at= and hold= name one of them. */
-#define RACEBLK_BLK_BIT(id, name, blk, scsi)	((blk) ? BIT(RACEBLK_##id) : 0) |
-#define RACEBLK_SCSI_BIT(id, name, blk, scsi)	((scsi) ? BIT(RACEBLK_##id) : 0) |
-static const unsigned int raceblk_backend_points[] = {
-	[RACEBLK_BACKEND_BLK]	= RACEBLK_POINTS(RACEBLK_BLK_BIT) 0,
-	[RACEBLK_BACKEND_SCSI]	= RACEBLK_POINTS(RACEBLK_SCSI_BIT) 0,
+/*
+ * Whether each backend reaches each point, { blk, scsi } in enum
+ * raceblk_backend's order: fail_at= and hold= name one of them.
+ */
+#define RACEBLK_POINT_ON(id, name, blk, scsi)	{ blk, scsi },
+static const bool raceblk_point_on[RACEBLK_NR_POINTS][2] = {
+	RACEBLK_POINTS(RACEBLK_POINT_ON)
 };
-#undef RACEBLK_BLK_BIT
-#undef RACEBLK_SCSI_BIT
+
+#undef RACEBLK_POINT_ON
 
 /*
  * "backend=blk: none alloc ...; backend=scsi: ...": the points of each
@@ -94,7 +96,8 @@ static const char * const raceblk_unwind_names[] = {
 
 static char *g_fail_at = "none";
 module_param_named(fail_at, g_fail_at, charp, 0444);
-MODULE_PARM_DESC(fail_at, "Point where init fails; " RACEBLK_POINT_LISTS ". Default: none");
+MODULE_PARM_DESC(fail_at,
+		 "Point where init fails; " RACEBLK_POINT_LISTS ". Default: none");
 
 /*
  * Integer parameters, as null_blk takes them: base 10 only ("010" is ten,
@@ -144,7 +147,9 @@ MODULE_PARM_DESC(fail_errno, "Positive errno init fails with at fail_at, 1..133 
 
 static char *g_hold = "none";
 module_param_named(hold, g_hold, charp, 0444);
-MODULE_PARM_DESC(hold, "Point where init waits for the release parameter; " RACEBLK_POINT_LISTS ". Default: none");
+MODULE_PARM_DESC(hold,
+		 "Point where init waits for the release parameter; " RACEBLK_POINT_LISTS
+		 ". Default: none");
 
 static int g_hold_timeout_ms = 30000;
 raceblk_int_param(hold_timeout_ms, g_hold_timeout_ms, 1, RACEBLK_MAX_HOLD_MS);
@@ -351,7 +356,7 @@ static int raceblk_parse_name(const char *param, const char *value,
 
 static int raceblk_check_point(const char *param, enum raceblk_point point)
 {
-	if (raceblk_backend_points[g_backend_kind] & BIT(point))
+	if (raceblk_point_on[point][g_backend_kind])
 		return 0;
 	pr_err("%s=%s: not a point of backend=%s\n", param,
 	       raceblk_point_names[point], raceblk_backend_names[g_backend_kind]);
