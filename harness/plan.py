@@ -258,20 +258,7 @@ def parse_cases(path: pathlib.Path) -> Tuple[List[Case], List[Tuple[int, str]]]:
 			else:
 				draft.skips.append(Skip(nr, tuple(rest[0].split(',')), ' '.join(rest[1:])))
 		elif draft.kernel_line == 0:
-			if key in ('params', 'image') and getattr(draft, f'{"param" if key == "params" else key}_line'):
-				error(nr, f'a second {key} line (the case\'s {key} go on one line)')
-			elif key == 'params':
-				draft.params, draft.param_line = rest, nr
-			elif key == 'image':
-				draft.image, draft.image_line = (rest[0] if len(rest) == 1 else ''), nr
-				if len(rest) != 1:
-					error(nr, 'image NAME: one image (an image per column goes under the kernel line)')
-			elif key == 'kernel':
-				draft.kernel_line, draft.columns = nr, rest
-				if not rest:
-					error(nr, 'kernel: no column')
-			else:
-				error(nr, f'"{key}" before the kernel line (a case has params and image, then its kernel line)')
+			read_header(draft, nr, key, rest, lambda text, nr=nr: error(nr, text))
 		elif key in ('params', 'kernel'):
 			error(nr, f'"{key}" after the kernel line')
 		elif rest and len(rest) != len(draft.columns):
@@ -286,6 +273,24 @@ def parse_cases(path: pathlib.Path) -> Tuple[List[Case], List[Tuple[int, str]]]:
 		if first is not case:
 			error(case.line, f'case {case.id} again (first at line {first.line}): a case is written once')
 	return cases, errors
+
+
+def read_header(draft: _Draft, nr: int, key: str, rest: Tuple[str, ...], error) -> None:
+	"""A line of DRAFT before its kernel line: params, image, kernel."""
+	if (key == 'params' and draft.param_line) or (key == 'image' and draft.image_line):
+		error(f'a second {key} line (the case\'s {key} go on one line)')
+	elif key == 'params':
+		draft.params, draft.param_line = rest, nr
+	elif key == 'image':
+		draft.image, draft.image_line = (rest[0] if len(rest) == 1 else ''), nr
+		if len(rest) != 1:
+			error('image NAME: one image (an image per column goes under the kernel line)')
+	elif key == 'kernel':
+		draft.kernel_line, draft.columns = nr, rest
+		if not rest:
+			error('kernel: no column')
+	else:
+		error(f'"{key}" before the kernel line (a case has params and image, then its kernel line)')
 
 
 def compile_case(draft: _Draft, crashes: Dict[str, str], error) -> Optional[Case]:
