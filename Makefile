@@ -445,6 +445,7 @@ check: deps-check
 # one guest, CYCLES cycles of load, hold, fail and unload (harness/soak).
 SOAK_VARIANT ?= fixed-debug
 soak: deps
+	@$(if $(call soak_instances,$(SOAK_VARIANT)),,echo "soak: SOAK_VARIANT=$(SOAK_VARIANT): a -debug or -kcsan variant (only those get the soak's instances of raceblk)" >&2; exit 2)
 	@$(MAKE) --no-print-directory initramfs VARIANTS="$(SOAK_VARIANT)"
 	@harness/soak --variant $(SOAK_VARIANT) $(if $(CYCLES),--cycles $(CYCLES)) \
 		$(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
