@@ -44,6 +44,8 @@ ID_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 # is a KTAP description: no '#' (ktap.rst), no glob character.
 ACTION_RE = re.compile(r'^([a-z][a-z0-9_]*)(?::([^\s#*?\[=]+))?(?:=([^\s#*?\[]+))?$')
 STEP_NAME_RE = re.compile(r'^[a-z][a-z0-9_]*')
+# An action's definition in harness/guest/*.sh: act_NAME() {
+ACT_RE = re.compile(r'^act_([a-z0-9_]+)\(\)', re.MULTILINE)
 PARAM_RE = re.compile(r'^([a-z][a-z0-9_]*)=[^\s*?\[]*$')
 
 
@@ -128,7 +130,7 @@ def known_names(top: pathlib.Path = TOP) -> Known:
 def guest_actions(top: pathlib.Path = TOP) -> Set[str]:
 	"""The guest's actions: act_NAME in harness/guest/*.sh."""
 	text = '\n'.join(p.read_text() for p in sorted((top / 'harness/guest').glob('*.sh')))
-	return set(re.findall(r'^act_([a-z0-9_]+)\(\)', text, re.MULTILINE))
+	return set(ACT_RE.findall(text))
 
 
 def action_docs(top: pathlib.Path = TOP) -> str:
@@ -143,7 +145,7 @@ def action_docs(top: pathlib.Path = TOP) -> str:
 		lines = path.read_text().splitlines()
 		found = []
 		for i, line in enumerate(lines):
-			match = re.match(r'^act_([a-z0-9_]+)\(\)', line)
+			match = ACT_RE.match(line)
 			if match:
 				start = i
 				while start > 0 and lines[start - 1].startswith('#'):
