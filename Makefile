@@ -29,7 +29,12 @@ $(error KERNEL=$(KERNEL): no kernel-patches/$(KERNEL)/series.vanilla (trees: $(T
 endif
 TREE := kernel-patches/$(KERNEL)
 BUILD := $(TOP)/build/$(KERNEL)
-KERNEL_TARBALL ?= /usr/src/linux-source-$(KERNEL).tar.xz
+# Debian's linux-source-$(KERNEL): installed from the host's apt (bookworm
+# has 6.1 and 6.12), or, for a tree with a $(TREE)/apt-source, fetched
+# from the suite that file names into build/ (kernel-patches/fetch-source).
+APT_SOURCE := $(wildcard $(TREE)/apt-source)
+KERNEL_TARBALL ?= $(if $(APT_SOURCE),build/$(KERNEL)/deb/usr/src,/usr/src)/linux-source-$(KERNEL).tar.xz
+export KERNEL_TARBALL
 # The harness scripts find the tree's builds and results through these.
 export KERNEL
 export RACEBLK_BUILD := $(BUILD)
@@ -72,7 +77,8 @@ KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/kernel/$*/src \
 	O=$(BUILD)/kernel/$*/obj $(KMAKE_FLAGS) -j$(JOBS)
 
 # Debian packages the build and the harness need.
-DEB_PACKAGES := linux-source-$(KERNEL) gcc make libc6-dev bc bison flex libelf-dev \
+HOST_SOURCE_PACKAGE := $(if $(APT_SOURCE),,linux-source-$(KERNEL))
+DEB_PACKAGES := $(HOST_SOURCE_PACKAGE) gcc make libc6-dev bc bison flex libelf-dev \
 	libssl-dev cpio xz-utils lz4 ccache qemu-system-x86 qemu-utils parted \
 	busybox-static python3
 # And the commands make check needs, with their packages (a command may
@@ -88,7 +94,7 @@ INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 
-.PHONY: all deps deps-check check docs kernel kernels driver images initramfs test race-demo bench soak \
+.PHONY: all deps deps-check source-version check docs kernel kernels driver images initramfs test race-demo bench soak \
 	images-check series-check series-export series-tree clean distclean
 all: initramfs
 
@@ -119,9 +125,23 @@ APT_LOG := build/logs/apt.log
 
 deps:
 	$(call install_missing,$(DEB_PACKAGES))
+	@$(if $(APT_SOURCE),$(MAKE) --no-print-directory $(KERNEL_TARBALL))
 
 deps-check:
-	$(call install_missing,$(CHECK_COMMANDS) linux-source-$(KERNEL))
+	$(call install_missing,$(CHECK_COMMANDS) $(HOST_SOURCE_PACKAGE))
+	@$(if $(APT_SOURCE),$(MAKE) --no-print-directory $(KERNEL_TARBALL))
+
+# The tarball keeps the time the package gave it (the kernel cache's key
+# has it), older than any checkout: fetched when missing, not when newer.
+ifneq ($(APT_SOURCE),)
+$(KERNEL_TARBALL): | $(APT_SOURCE)
+	@kernel-patches/fetch-source $(KERNEL) build/$(KERNEL)/deb
+endif
+
+# The Debian version of the tree's source (CI keys its caches on it).
+source-version:
+	@$(if $(APT_SOURCE),dpkg-deb -f build/apt/$(KERNEL)/debs/linux-source-$(KERNEL)_*.deb Version, \
+		dpkg-query -W -f '$${Version}\n' linux-source-$(KERNEL))
 
 kernel kernels: $(KERNELS)
 driver: $(MODULES)
@@ -411,7 +431,7 @@ docs:
 # runner's self-tests against a fake QEMU (harness/selftest.py).
 SHELL_SCRIPTS := .ci/run harness/bench harness/mkinitramfs harness/progress \
 	harness/lint-workflow images/mkimage images/parted-table images/sums \
-	kernel-patches/config/check kernel-patches/kernel-cache kernel-patches/series-check \
+	kernel-patches/config/check kernel-patches/fetch-source kernel-patches/kernel-cache kernel-patches/series-check \
 	kernel-patches/series-export kernel-patches/series-lib
 GUEST_SCRIPTS := harness/guest/init $(wildcard harness/guest/*.sh)
 PYTHON := harness/run harness/race-demo harness/soak $(wildcard harness/*.py)
