@@ -258,7 +258,8 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(REPRO_SELFTEST) $(BUILD)/kerne
 # build/KERNEL/driver/V/foreign/NAME.ko, /lib/modules/foreign/ in V's initramfs:
 #   raceblk-vermagic raceblk built against V's configuration with the
 #                    other preemption model (PREEMPT for a PREEMPT_NONE
-#                    kernel, and the reverse): vermagic says so ("preempt")
+#                    kernel, and the reverse; PREEMPT_RT on 7.3): vermagic
+#                    says so ("preempt", "preempt_rt")
 #   raceblk-release  the same with another release (LOCALVERSION=-other):
 #                    vermagic starts "6.1.192-other"
 #   raceblk-fixed    raceblk built for fixed, whose struct module is
@@ -287,8 +288,14 @@ define prepare_tree
 	@cp $(BUILD)/kernel/$*/obj/Module.symvers $(@D)/
 endef
 KCONFIG_EDIT = $(BUILD)/kernel/$*/src/scripts/config --file $(@D)/.config
+# 7.3 offers x86 no model without preemption (PREEMPT_NONE depends on
+# ARCH_NO_PREEMPT, kernel/Kconfig.preempt): there the other one is
+# PREEMPT_RT, whose vermagic says "preempt_rt".
 FLIP_PREEMPT = if grep -q '^CONFIG_PREEMPT=y' $(@D)/.config; then \
 		$(KCONFIG_EDIT) --disable PREEMPT --enable PREEMPT_NONE; \
+		$(call PREP_KMAKE,$(BUILD)/kernel/$*/src) -s olddefconfig; \
+		grep -q '^CONFIG_PREEMPT_NONE=y' $(@D)/.config || \
+			$(KCONFIG_EDIT) --enable PREEMPT_RT; \
 	else \
 		$(KCONFIG_EDIT) --disable PREEMPT_NONE --enable PREEMPT; \
 	fi
