@@ -38,6 +38,8 @@
 #include <linux/moduleparam.h>
 #include <linux/slab.h>
 #include <linux/timer.h>
+
+#include "compat.h"
 #include <linux/workqueue.h>
 
 static char *g_ref = "self";
@@ -146,7 +148,7 @@ struct initref_timer {
 
 static void initref_timer_done(struct timer_list *t)
 {
-	struct initref_timer *it = from_timer(it, t, timer);
+	struct initref_timer *it = timer_container_of(it, t, timer);
 
 	kfree(it);
 	pr_info("ref=timer: the timer drops its reference\n");

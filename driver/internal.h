@@ -5,6 +5,8 @@
 
 #include <linux/blk-mq.h>
 
+#include "compat.h"
+
 /*
  * The points where init can fail or wait, in the order init reaches them,
  * and whether backend=blk and backend=scsi reach them (a literal 1 or 0:

@@ -469,27 +469,24 @@ static blk_status_t raceblk_queue_rq(struct blk_mq_hw_ctx *hctx,
 
 	blk_mq_start_request(rq);
 	cmd->status = raceblk_transfer(dev, rq);
-	if (g_io_delay_ms)
-		hrtimer_start(&cmd->timer, ms_to_ktime(g_io_delay_ms),
-			      HRTIMER_MODE_REL);
-	else
+	if (!g_io_delay_ms) {
 		blk_mq_end_request(rq, cmd->status);
+		return BLK_STS_OK;
+	}
+	/*
+	 * Set up here rather than in ->init_request, whose numa_node
+	 * argument changed type in 7.x (and may in a stable tree): the
+	 * timer is idle, since the last use of the request ended in its
+	 * callback, which the timer core no longer tracks as active.
+	 */
+	hrtimer_setup(&cmd->timer, raceblk_cmd_timer_expired, CLOCK_MONOTONIC,
+		      HRTIMER_MODE_REL);
+	hrtimer_start(&cmd->timer, ms_to_ktime(g_io_delay_ms), HRTIMER_MODE_REL);
 	return BLK_STS_OK;
-}
-
-static int raceblk_init_request(struct blk_mq_tag_set *set, struct request *rq,
-				unsigned int hctx_idx, unsigned int numa_node)
-{
-	struct raceblk_cmd *cmd = blk_mq_rq_to_pdu(rq);
-
-	hrtimer_init(&cmd->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
-	cmd->timer.function = raceblk_cmd_timer_expired;
-	return 0;
 }
 
 static const struct blk_mq_ops raceblk_mq_ops = {
 	.queue_rq	= raceblk_queue_rq,
-	.init_request	= raceblk_init_request,
 };
 
 static const struct block_device_operations raceblk_fops = {
@@ -581,7 +578,7 @@ static int raceblk_alloc_disk(struct raceblk_dev *dev)
 	dev->tag_set.queue_depth = 64;
 	dev->tag_set.numa_node = NUMA_NO_NODE;
 	dev->tag_set.cmd_size = sizeof(struct raceblk_cmd);
-	dev->tag_set.flags = BLK_MQ_F_SHOULD_MERGE;
+	dev->tag_set.flags = RACEBLK_TAG_SET_FLAGS;
 	err = blk_mq_alloc_tag_set(&dev->tag_set);
 	if (err)
 		return err;

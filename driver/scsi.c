@@ -31,6 +31,13 @@
 
 #include "internal.h"
 
+/* Before 7.x ->queuecommand returned an int, the SCSI_MLQUEUE_* macros. */
+#ifdef SCSI_MLQUEUE_HOST_BUSY
+typedef int raceblk_qc_status_t;
+#else
+typedef enum scsi_qc_status raceblk_qc_status_t;
+#endif
+
 struct raceblk_scsi_cmd {
 	struct hrtimer timer;
 	struct scsi_cmnd *scmd;
@@ -187,7 +194,8 @@ static bool raceblk_scsi_is_rw(const u8 *cdb)
  * As the blk-mq backend: data moves at once, io_delay_ms delays the
  * completion of reads and writes (not the scan's commands).
  */
-static int raceblk_scsi_queuecommand(struct Scsi_Host *shost, struct scsi_cmnd *scmd)
+static raceblk_qc_status_t raceblk_scsi_queuecommand(struct Scsi_Host *shost,
+						     struct scsi_cmnd *scmd)
 {
 	struct raceblk_scsi_cmd *cmd = scsi_cmd_priv(scmd);
 
@@ -197,8 +205,8 @@ static int raceblk_scsi_queuecommand(struct Scsi_Host *shost, struct scsi_cmnd *
 		return 0;
 	}
 	cmd->scmd = scmd;
-	hrtimer_init(&cmd->timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
-	cmd->timer.function = raceblk_scsi_timer_expired;
+	hrtimer_setup(&cmd->timer, raceblk_scsi_timer_expired, CLOCK_MONOTONIC,
+		      HRTIMER_MODE_REL);
 	hrtimer_start(&cmd->timer, ms_to_ktime(g_io_delay_ms), HRTIMER_MODE_REL);
 	return 0;
 }
