@@ -182,6 +182,27 @@ def split_variant(word: str) -> Tuple[str, Optional[str]]:
 	return name, tree or None
 
 
+def tree_version(tree: str) -> Tuple[int, ...]:
+	"""'6.12' -> (6, 12), to order trees."""
+	return tuple(int(part) for part in tree.split('.'))
+
+
+def on_tree(only: Optional[str], tree: str) -> bool:
+	"""Whether a column's @ONLY takes in TREE: no @ (every tree), @6.12
+	(that tree) or @6.12+ (6.12 and every later tree)."""
+	if only is None:
+		return True
+	if only.endswith('+'):
+		return tree_version(tree) >= tree_version(only[:-1])
+	return only == tree
+
+
+def tree_spec_error(only: Optional[str], known: Known) -> Optional[str]:
+	if only is None or only.rstrip('+') in known.trees:
+		return None
+	return f'unknown tree "{only}" (trees: {", ".join(sorted(known.trees, key=tree_version))}, each maybe with +)'
+
+
 def series_of(variant: str) -> str:
 	"""'vanilla-debug' -> 'vanilla': the series a variant is built from
 	(the Makefile's series_of)."""
@@ -195,7 +216,7 @@ def fragments_of(variant: str) -> List[str]:
 
 def row_variants(row: Row, tree: str) -> Tuple[str, ...]:
 	"""The row's variants on TREE, tree names taken off."""
-	return tuple(name for name, only in map(split_variant, row.variants) if only in (None, tree))
+	return tuple(name for name, only in map(split_variant, row.variants) if on_tree(only, tree))
 
 
 @dataclasses.dataclass
@@ -386,8 +407,8 @@ def column_errors(row: Row, known: Known) -> Iterator[str]:
 	for variant, tree in map(split_variant, row.variants):
 		if variant != 'all' and variant not in known.variants:
 			yield f'unknown variant "{variant}" (kernel-patches/TREE/series.* name them)'
-		if tree is not None and tree not in known.trees:
-			yield f'unknown tree "{tree}" in "{variant}@{tree}" (trees: {", ".join(sorted(known.trees))})'
+		if tree_spec_error(tree, known):
+			yield f'"{variant}@{tree}": {tree_spec_error(tree, known)}'
 	for tree in known.trees:
 		if 'all' in row_variants(row, tree) and len(row_variants(row, tree)) > 1:
 			yield f'"all" with other variants on {tree}'
@@ -421,8 +442,8 @@ def coverage_errors(cases: List[Case], known: Known, top: pathlib.Path = TOP) ->
 			for variant, tree in map(split_variant, skip.variants):
 				if variant not in known.variants:
 					yield skip.line, f'unknown variant "{variant}" in skip'
-				if tree is not None and tree not in known.trees:
-					yield skip.line, f'unknown tree "{tree}" in skip (trees: {", ".join(sorted(known.trees))})'
+				if tree_spec_error(tree, known):
+					yield skip.line, f'skip "{variant}@{tree}": {tree_spec_error(tree, known)}'
 		missing = []
 		for tree in sorted(known.trees):
 			ran = {v for row in case.rows for v in row_variants(row, tree)}
@@ -430,7 +451,7 @@ def coverage_errors(cases: List[Case], known: Known, top: pathlib.Path = TOP) ->
 			skipped = {}
 			for skip in case.skips:
 				skipped.update((name, skip.line) for name, only in map(split_variant, skip.variants)
-					       if only in (None, tree))
+					       if on_tree(only, tree))
 			missing += [f'{v}@{tree}' for v in defaults if v not in ran | set(skipped)]
 			for variant in sorted(ran & set(skipped)):
 				yield skipped[variant], f'case {case.id}: {variant}@{tree} has a column and a skip line'

@@ -544,7 +544,8 @@ class Input(unittest.TestCase):
 		(case(steps='notify=events=COMING,GOING'), 'an expectation of several keys is KEY=VALUE'),
 		(case('vanilla all'), 'none on vanilla again (first at line 2)'),
 		(case('vanilla@6.1 vanilla'), 'none on vanilla again (first at line 2)'),
-		(case('vanilla@2.4'), 'unknown tree "2.4" in "vanilla@2.4"'),
+		(case('vanilla@2.4'), '"vanilla@2.4": unknown tree "2.4"'),
+		(case('vanilla@6.2+'), '"vanilla@6.2+": unknown tree "6.2+"'),
 		(case() + case('fixed'), 'case none again (first at line 1): a case is written once'),
 		('load=OK\n', '"load=OK" outside a case'),
 		('case none\nparams fail_at=none\n', 'case none: no kernel line'),
@@ -586,16 +587,19 @@ class Input(unittest.TestCase):
 		# A default kernel a case forgets would silently not run it.
 		errors = self.coverage_of('# a comment\n' + self.case('vanilla@6.1 fixed,rusty'))
 		self.assertEqual(len(errors), 1, errors)
-		self.assertRegex(errors[0], r'cases:2: case none says nothing of isolate@6\.1, vanilla@6\.12, isolate@6\.12: ')
+		self.assertRegex(errors[0], r'cases:2: case none says nothing of isolate@6\.1, vanilla@6\.12, isolate@6\.12, '
+				 r'vanilla@7\.3, isolate@7\.3: ')
+		errors = self.coverage_of(self.case('vanilla@6.1,vanilla@6.12+ fixed,rusty,isolate'))
+		self.assertEqual(errors, [])
 		self.assertEqual(self.coverage_of(self.case('vanilla fixed,rusty') + 'skip isolate why not\n'), [])
 		self.assertEqual(self.coverage_of(self.case('all')), [])
 		errors = self.coverage_of(self.case('vanilla isolate rusty fixed') + 'skip fixed why not\n')
-		self.assertEqual(len(errors), 2, errors)
+		self.assertEqual(len(errors), len(plan.trees()), errors)
 		self.assertIn('fixed@6.1 has a column and a skip line', errors[0])
 
 	def test_skip_names_known_kernels(self):
 		errors = self.coverage_of(self.case('vanilla rusty fixed') + 'skip isolate@2.4 why\n')
-		self.assertTrue(any('cases:4: unknown tree "2.4" in skip' in e for e in errors), errors)
+		self.assertTrue(any('cases:4: skip "isolate@2.4": unknown tree "2.4"' in e for e in errors), errors)
 
 	def test_skip_needs_a_reason(self):
 		errors = self.coverage_of(self.case('vanilla rusty fixed') + 'skip isolate\n')
@@ -621,6 +625,13 @@ class Input(unittest.TestCase):
 		self.assertTrue(example, 'no case block in README.md')
 		self.assertIn(example[0], TABLE.read_text())
 
+	def test_workflow_actions_are_pinned_by_commit(self):
+		# A tag can be moved to other code; a commit cannot.
+		for workflow in sorted((TOP / '.github/workflows').glob('*.yml')):
+			for use in re.findall(r'^\s*(?:- )?uses: (\S+)', workflow.read_text(), re.M):
+				with self.subTest(workflow=workflow.name, uses=use):
+					self.assertTrue(use.startswith('./') or re.fullmatch(r'[\w./-]+@[0-9a-f]{40}', use), use)
+
 	def test_action_docs_are_current(self):
 		self.assertEqual((TOP / 'docs/actions.md').read_text(), plan.action_docs(),
 				 'docs/actions.md is not what the guest\'s comments say: run make docs')
@@ -643,11 +654,25 @@ class Input(unittest.TestCase):
 		with tempfile.TemporaryDirectory() as tmp:
 			table = pathlib.Path(tmp) / 'cases'
 			table.write_text(text)
-			for tree, steps in (('6.1', ('load=OK',)), ('6.12', ('load=OK', 'unload=EBUSY'))):
+			for tree, steps in (('6.1', ('load=OK',)), ('6.12', ('load=OK', 'unload=EBUSY')), ('7.3', None)):
 				with self.subTest(tree=tree):
 					chosen = plan.scenarios(table, ['vanilla', 'fixed'], tree=tree)
-					self.assertEqual({s.variant: s.steps for s in chosen},
-							 {'vanilla': steps, 'fixed': ('load=OK',)})
+					wanted = {'vanilla': steps, 'fixed': ('load=OK',)} if steps else {'fixed': ('load=OK',)}
+					self.assertEqual({s.variant: s.steps for s in chosen}, wanted)
+
+	def test_a_tree_and_the_later_ones(self):
+		# vanilla@6.12+: 6.12 and 7.3, not 6.1; by version, not by text.
+		text = 'case unload_io\nkernel vanilla@6.1,fixed vanilla@6.12+\nload=OK\nunload=EBUSY - .\n'
+		with tempfile.TemporaryDirectory() as tmp:
+			table = pathlib.Path(tmp) / 'cases'
+			table.write_text(text)
+			for tree, steps in (('6.1', ('load=OK',)), ('6.12', ('load=OK', 'unload=EBUSY')),
+					    ('7.3', ('load=OK', 'unload=EBUSY'))):
+				with self.subTest(tree=tree):
+					chosen = plan.scenarios(table, ['vanilla'], tree=tree)
+					self.assertEqual([s.steps for s in chosen], [steps])
+		self.assertTrue(plan.on_tree('6.1+', '6.12'))
+		self.assertFalse(plan.on_tree('6.12+', '6.2'))
 
 	def test_soak_rows_are_valid(self):
 		soak = load_soak()
