@@ -20,15 +20,42 @@ SHELL := /bin/bash
 TOP := $(CURDIR)
 # The kernel tree: Debian's linux-source-$(KERNEL).  Its series and their
 # patches live in kernel-patches/$(KERNEL)/, everything built from it in
-# build/$(KERNEL)/, so both trees sit side by side.
+# build/$(KERNEL)/, so the trees sit side by side.
 DEFAULT_TREE := $(shell sed '/^\#/d' kernel-patches/default-tree)
 KERNEL ?= $(DEFAULT_TREE)
 TREES := $(patsubst kernel-patches/%/series.vanilla,%,$(wildcard kernel-patches/*/series.vanilla))
+# KERNEL_SRC=DIR: the user's own kernel git tree instead (6.1 or later).
+# vanilla is its HEAD; every other variant is HEAD with the series of the
+# nearest known tree at or below its version, applied with git am -3 in a
+# worktree under build/src-NAME/ (kernel-patches/apply-series), whose
+# expectations the cases use too.  No apt step installs a kernel source.
+ifneq ($(KERNEL_SRC),)
+override KERNEL_SRC := $(abspath $(KERNEL_SRC))
+SRC_VERSION := $(shell sed -n 's/^VERSION = //p; s/^PATCHLEVEL = //p' $(KERNEL_SRC)/Makefile 2> /dev/null | paste -sd.)
+ifeq ($(SRC_VERSION),)
+$(error KERNEL_SRC=$(KERNEL_SRC): no kernel Makefile there)
+endif
+ifneq ($(shell git -C $(KERNEL_SRC) rev-parse --verify -q HEAD > /dev/null && echo yes),yes)
+$(error KERNEL_SRC=$(KERNEL_SRC): not a git tree with a commit (git init; git add -A; git commit))
+endif
+override KERNEL := $(shell harness/plan.py nearest-tree $(SRC_VERSION))
+ifeq ($(KERNEL),)
+$(error KERNEL_SRC=$(KERNEL_SRC) is $(SRC_VERSION): older than every known tree ($(TREES)))
+endif
+BUILD := $(TOP)/build/src-$(notdir $(KERNEL_SRC))
+# The commit the builds are made of, in a file only rewritten when HEAD
+# moves: the kernel cache's key and make's dependency.
+SRC_HEAD := $(BUILD)/src-head
+$(shell mkdir -p $(BUILD) && head=$$(git -C $(KERNEL_SRC) rev-parse HEAD) && \
+	{ [ "$$(cat $(SRC_HEAD) 2> /dev/null)" = "$$head" ] || echo "$$head" > $(SRC_HEAD); })
+export RACEBLK_SOURCE := $(KERNEL_SRC) ($(SRC_VERSION), $(shell git -C $(KERNEL_SRC) rev-parse --short HEAD)) with kernel-patches/$(KERNEL)/
+else
 ifeq ($(filter $(KERNEL),$(TREES)),)
 $(error KERNEL=$(KERNEL): no kernel-patches/$(KERNEL)/series.vanilla (trees: $(TREES)))
 endif
-TREE := kernel-patches/$(KERNEL)
 BUILD := $(TOP)/build/$(KERNEL)
+endif
+TREE := kernel-patches/$(KERNEL)
 # Debian's linux-source-$(KERNEL): installed from the host's apt (bookworm
 # has 6.1 and 6.12), or, for a tree with a $(TREE)/apt-source, fetched
 # from the suite that file names into build/ (kernel-patches/fetch-source).
@@ -77,7 +104,7 @@ KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/kernel/$*/src \
 	O=$(BUILD)/kernel/$*/obj $(KMAKE_FLAGS) -j$(JOBS)
 
 # Debian packages the build and the harness need.
-HOST_SOURCE_PACKAGE := $(if $(APT_SOURCE),,linux-source-$(KERNEL))
+HOST_SOURCE_PACKAGE := $(if $(APT_SOURCE)$(KERNEL_SRC),,linux-source-$(KERNEL))
 DEB_PACKAGES := $(HOST_SOURCE_PACKAGE) gcc make libc6-dev bc bison flex libelf-dev \
 	libssl-dev cpio xz-utils lz4 ccache qemu-system-x86 qemu-utils parted \
 	busybox-static python3
@@ -124,8 +151,8 @@ endef
 APT_LOG := build/logs/apt.log
 
 deps:
-	$(call install_missing,$(DEB_PACKAGES))
-	@$(if $(APT_SOURCE),$(MAKE) --no-print-directory $(KERNEL_TARBALL))
+	$(call install_missing,$(DEB_PACKAGES) $(if $(KERNEL_SRC),git))
+	@$(if $(APT_SOURCE),$(if $(KERNEL_SRC),,$(MAKE) --no-print-directory $(KERNEL_TARBALL)))
 
 deps-check:
 	$(call install_missing,$(CHECK_COMMANDS) $(HOST_SOURCE_PACKAGE))
@@ -176,6 +203,7 @@ $(PRISTINE)/.extracted: $(KERNEL_TARBALL)
 	@echo "  VERSION $$($(MAKE) -s -C $(PRISTINE) kernelversion)"
 	@touch $@
 
+ifeq ($(KERNEL_SRC),)
 $(BUILD)/kernel/%/src/.applied: $(PRISTINE)/.extracted \
 		$(TREE)/series.$$(call series_of,$$*) \
 		$$(call series_patches,$$(call series_of,$$*))
@@ -187,6 +215,15 @@ $(BUILD)/kernel/%/src/.applied: $(PRISTINE)/.extracted \
 		patch -s -p1 -d $(@D) < $$p; \
 	done
 	@touch $@
+else
+$(BUILD)/kernel/%/src/.applied: $(SRC_HEAD) \
+		$(TREE)/series.$$(call series_of,$$*) \
+		$$(call series_patches,$$(call series_of,$$*))
+	@echo "  SOURCE  $(patsubst $(TOP)/%,%,$(@D)): $(KERNEL_SRC) HEAD + $(TREE)/series.$(call series_of,$*)"
+	@mkdir -p $(dir $(@D))
+	@kernel-patches/apply-series $(KERNEL_SRC) $(@D) $(abspath $(call series_patches,$(call series_of,$*)))
+	@touch $@
+endif
 
 $(BUILD)/kernel/%/obj/.config: $(BUILD)/kernel/%/src/.applied $$(call fragments_of,$$*)
 	@mkdir -p $(@D)
@@ -203,14 +240,14 @@ $(BUILD)/kernel/%/obj/.config: $(BUILD)/kernel/%/src/.applied $$(call fragments_
 # calls through ccache.  KERNEL_CACHE= turns it off.
 export KERNEL_CACHE ?= $(HOME)/.cache/raceblk/kernels
 export KMAKE_KEY = $(KMAKE_FLAGS) bzImage modules
-kernel_inputs = $(KERNEL_TARBALL) $(TREE)/series.$(call series_of,$(1)) \
+kernel_inputs = $(if $(KERNEL_SRC),$(SRC_HEAD),$(KERNEL_TARBALL)) $(TREE)/series.$(call series_of,$(1)) \
 	$(call series_patches,$(call series_of,$(1))) $(call fragments_of,$(1))
 KCACHE = kernel-patches/kernel-cache $(1) $* $(BUILD)/kernel/$*/obj $(BUILD)/kernel/$*/src \
 	$(call kernel_inputs,$*)
 
 $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 	@if $(call KCACHE,restore); then \
-		echo "  KERNEL  build/$(KERNEL)/kernel/$*/obj (from $(KERNEL_CACHE))"; \
+		echo "  KERNEL  $(patsubst $(TOP)/%,%,$(BUILD))/kernel/$*/obj (from $(KERNEL_CACHE))"; \
 	else \
 		harness/progress "kernel $*" $(BUILD)/kernel/$*/build.log $(KMAKE) bzImage modules; \
 		$(call KCACHE,save) || true; \
@@ -438,7 +475,8 @@ docs:
 # runner's self-tests against a fake QEMU (harness/selftest.py).
 SHELL_SCRIPTS := .ci/run harness/bench harness/mkinitramfs harness/progress \
 	harness/lint-workflow images/mkimage images/parted-table images/sums \
-	kernel-patches/config/check kernel-patches/fetch-source kernel-patches/kernel-cache kernel-patches/series-check \
+	kernel-patches/apply-series kernel-patches/config/check kernel-patches/fetch-source \
+	kernel-patches/kernel-cache kernel-patches/series-check \
 	kernel-patches/series-export kernel-patches/series-lib
 GUEST_SCRIPTS := harness/guest/init $(wildcard harness/guest/*.sh)
 PYTHON := harness/run harness/race-demo harness/soak $(wildcard harness/*.py)
@@ -477,8 +515,9 @@ soak: deps
 	@harness/soak --variant $(SOAK_VARIANT) $(if $(CYCLES),--cycles $(CYCLES)) \
 		$(if $(SEED),--seed $(SEED)) $(SOAK_ARGS)
 
+# make bench [FIGURES="cold_build_s warm_build_s"]: those figures only.
 bench: deps
-	@VARIANTS="$(VARIANTS)" harness/bench
+	@VARIANTS="$(VARIANTS)" harness/bench $(FIGURES)
 
 clean:
 	rm -rf $(BUILD)/driver $(BUILD)/guest $(BUILD)/images $(BUILD)/images-check \

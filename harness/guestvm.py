@@ -89,6 +89,10 @@ class Machine:
 		     disk: Optional[pathlib.Path] = None, vcpus: int = VCPUS):
 		self.accel, self.variant, self.kernel = accel, variant, kernel
 		self.kind, self.disk, self.vcpus = kind, disk, vcpus
+		# harness/run --shell: the console on the terminal (and its log);
+		# --gdb: QEMU's gdb stub on this port, and no KASLR.
+		self.interactive = False
+		self.gdb_port: Optional[int] = None
 		# KASAN's shadow and kmemleak's metadata want room.
 		self.memory = 768 if 'debug' in plan.fragments_of(variant) else 256
 
@@ -105,12 +109,18 @@ class Machine:
 		# reports a "wild-memory-access" in __common_interrupt() at boot
 		# (2 of 30 debug boots; 0 of 30 with 4-level paging).
 		accel = 'tcg,thread=multi' if self.accel == 'tcg' else self.accel
+		# On the terminal, mux=on gives QEMU's escape (Ctrl-a x) and
+		# signal=off leaves Ctrl-C to the guest's shell.
+		console_dev = (f'stdio,id=console,mux=on,signal=off,logfile={qemu_value(console)}' if self.interactive
+			       else f'file,id=console,path={qemu_value(console)}')
+		gdb = ['-gdb', f'tcp:127.0.0.1:{self.gdb_port}'] if self.gdb_port else []
+		cmdline = CMDLINE + (' nokaslr' if self.gdb_port else '')
 		return ['-accel', accel, '-cpu', 'max,la57=off', '-m', str(self.memory), '-smp', str(self.vcpus),
 			*self.board(), '-no-reboot', '-display', 'none', '-nodefaults',
-			'-chardev', f'file,id=console,path={qemu_value(console)}', '-serial', 'chardev:console',
+			'-chardev', console_dev, '-serial', 'chardev:console',
 			'-chardev', f'socket,id=ktap,path={qemu_value(ktap_sock)}',
-			'-device', 'isa-serial,chardev=ktap,index=1',
-			'-kernel', str(self.kernel), '-initrd', str(initrd), '-append', CMDLINE]
+			'-device', 'isa-serial,chardev=ktap,index=1', *gdb,
+			'-kernel', str(self.kernel), '-initrd', str(initrd), '-append', cmdline]
 
 	def key(self, initrd_parts: Sequence[pathlib.Path]) -> str:
 		"""What a snapshot of this machine is made of."""
@@ -176,13 +186,15 @@ class Guest:
 		self.hung, self.deadline = True, time.monotonic()
 		return True
 
-	def start(self, args: List[str], pass_fds: Sequence[int] = ()) -> None:
+	def start(self, args: List[str], pass_fds: Sequence[int] = (), interactive: bool = False) -> None:
+		"""Start QEMU; INTERACTIVE: on this terminal (its stdin and stdout)."""
 		if stopping():
 			raise Fault('interrupted')
 		with open(self.workdir / 'qemu.log', 'wb') as log:
 			try:
-				self.proc = subprocess.Popen([QEMU, *args], stdin=subprocess.DEVNULL, stdout=log,
-							     stderr=subprocess.STDOUT, pass_fds=pass_fds,
+				self.proc = subprocess.Popen([QEMU, *args], stdin=None if interactive else subprocess.DEVNULL,
+							     stdout=None if interactive else log,
+							     stderr=log, pass_fds=pass_fds,
 							     start_new_session=True)
 			except OSError as err:
 				raise Fault(f'cannot start {QEMU}: {err}') from err
@@ -277,7 +289,7 @@ def run_scenario(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd: 
 			fd = os.open(snapshot, os.O_RDONLY)
 			fds.append(fd)
 			args += ['-incoming', f'fd:{fd}']
-		guest.start(args, pass_fds=fds)
+		guest.start(args, pass_fds=fds, interactive=machine.interactive)
 		for fd in fds:
 			os.close(fd)
 		fds = []

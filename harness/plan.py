@@ -108,6 +108,12 @@ def current_tree() -> str:
 	return os.environ.get('KERNEL') or default_tree()
 
 
+def source_name() -> str:
+	"""What the run's kernels are built from, for headers: Debian's
+	linux-source-TREE, or make's KERNEL_SRC=DIR (RACEBLK_SOURCE)."""
+	return os.environ.get('RACEBLK_SOURCE') or f'linux-source-{current_tree()}'
+
+
 def tree_series(tree: str, top: pathlib.Path = TOP) -> Set[str]:
 	return {p.name[len('series.'):] for p in (top / 'kernel-patches' / tree).glob('series.*')}
 
@@ -212,6 +218,17 @@ def series_of(variant: str) -> str:
 def fragments_of(variant: str) -> List[str]:
 	"""'vanilla-debug' -> ['debug']: its config fragments besides base."""
 	return variant.split('-')[1:]
+
+
+# Fragments that change no behaviour: a case expects of NAME-gdb what it
+# expects of NAME (kernel-patches/config/gdb.config: debug info).
+TRANSPARENT_FRAGMENTS = {'gdb'}
+
+
+def judged_as(variant: str) -> str:
+	"""'fixed-gdb' -> 'fixed': the variant whose columns say what VARIANT
+	shows."""
+	return '-'.join([series_of(variant)] + [f for f in fragments_of(variant) if f not in TRANSPARENT_FRAGMENTS])
 
 
 def row_variants(row: Row, tree: str) -> Tuple[str, ...]:
@@ -609,14 +626,29 @@ def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] 
 	for row in rows:
 		names = row_variants(row, tree)
 		for variant in variants:
-			if ('all' in names and variant not in row_only) or variant in names:
+			as_ = judged_as(variant)
+			if ('all' in names and as_ not in row_only) or as_ in names:
 				plan += [resolve(row, variant, image) for image in row_images(row, own_image, top)]
 	return plan
+
+
+def nearest_tree(version: str, top: pathlib.Path = TOP) -> Optional[str]:
+	"""The known tree whose series and expectations a kernel of VERSION
+	('7.4') takes: the latest at or below it; None below them all."""
+	wanted = tree_version(version)
+	below = [t for t in trees(top) if tree_version(t) <= wanted]
+	return max(below, key=tree_version) if below else None
 
 
 def main(argv: List[str]) -> int:
 	if argv == ['actions']:
 		sys.stdout.write(action_docs())
+		return 0
+	if len(argv) == 2 and argv[0] == 'nearest-tree':
+		if not re.fullmatch(r'[0-9]+\.[0-9]+', argv[1]):
+			print(f'plan: nearest-tree wants MAJOR.MINOR, got {argv[1]!r}', file=sys.stderr)
+			return 2
+		print(nearest_tree(argv[1]) or '')
 		return 0
 	if len(argv) < 1 or argv[0] != 'check':
 		print('usage: harness/plan.py check [CASES [VARIANT...]] | actions', file=sys.stderr)

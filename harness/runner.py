@@ -25,6 +25,7 @@ or setup, 130/143 interrupted by SIGINT/SIGTERM.
 
 import argparse
 import concurrent.futures
+import dataclasses
 import fcntl
 import fnmatch
 import hashlib
@@ -62,7 +63,10 @@ SLOW_VARIANT_TIMEOUT = 2
 SAVE_TRIES = 3
 
 USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list] [--matrix N] [--filter GLOBS] '
-	 '[--shard I/N] [--timeout SECONDS] [--cases FILE] [--repeat N] [--image PATH [--expected FILE]]')
+	 '[--shard I/N] [--timeout SECONDS] [--cases FILE] [--repeat N] [--image PATH [--expected FILE]] '
+	 '[--shell] [--gdb [PORT]]')
+# --shell and --gdb: the guest waits for a person, not for a deadline.
+INTERACTIVE_TIMEOUT_S = 24 * 3600
 
 
 class Refusal(Exception):
@@ -112,9 +116,19 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 			    help='run the "all" and "any" rows on this disk image')
 	parser.add_argument('--expected', type=pathlib.Path, metavar='FILE',
 			    help='the golden table of --image ("number start size" lines)')
+	parser.add_argument('--shell', action='store_true',
+			    help='stop the one scenario at its hold point with a shell on the guest\'s '
+			    'console (this terminal); the case goes on when the shell exits')
+	parser.add_argument('--gdb', type=bounded(1024, 65535), nargs='?', const=1234, metavar='PORT',
+			    help='start the one scenario\'s guest with a gdb stub on localhost:PORT '
+			    '(default 1234) and print the command that attaches')
 	opts = parser.parse_args(argv)
 	if opts.expected and not opts.image:
 		parser.error('--expected goes with --image')
+	if opts.shell or opts.gdb:
+		if opts.repeat != 1 or opts.matrix:
+			parser.error('--shell and --gdb run one scenario once')
+		opts.boot, opts.jobs, opts.timeout = 'cold', 1, INTERACTIVE_TIMEOUT_S
 	opts.variants = os.environ.get('VARIANTS', '').split() or plan.default_variants() + plan.row_only_variants()
 	opts.own_name = own_image_name(opts.image) if opts.image else None
 	return opts
@@ -135,7 +149,29 @@ def compile_plan(opts: argparse.Namespace) -> List[Scenario]:
 	chosen = [s for s in plan.scenarios(table, opts.variants, opts.own_name)
 		  if any(fnmatch.fnmatchcase(s.name, g) for g in globs)]
 	index, count = opts.shard
-	return chosen[index - 1::count]
+	chosen = chosen[index - 1::count]
+	if (opts.shell or opts.gdb) and not opts.list:
+		chosen = [interactive_scenario(chosen, opts.shell)]
+	return chosen
+
+
+def interactive_scenario(chosen: List[Scenario], shell: bool) -> Scenario:
+	"""The one scenario --shell or --gdb runs; with --shell, a shell step
+	right after its first held step (init waits there)."""
+	if len(chosen) != 1:
+		names = ', '.join(s.name for s in chosen[:5]) + (', ...' if len(chosen) > 5 else '')
+		raise Refusal(f'--shell and --gdb run one scenario, and {len(chosen)} match'
+			      + (f' ({names})' if chosen else '') + ': name one with --filter VARIANT/ID/IMAGE '
+			      '(harness/run --list lists them)')
+	scenario = chosen[0]
+	if not shell:
+		return scenario
+	held = [i for i, name in enumerate(scenario.guest_steps) if name == 'held']
+	if not held:
+		raise Refusal(f'case {scenario.id} has no hold point (a held step): --shell stops there; '
+			      'cases with one: grep -l held harness/cases, or params hold=POINT')
+	steps = scenario.steps[:held[0] + 1] + ('shell',) + scenario.steps[held[0] + 1:]
+	return dataclasses.replace(scenario, steps=steps)
 
 
 # --- bring your own disk ------------------------------------------------------
@@ -241,6 +277,8 @@ def check_built(scenarios: List[Scenario], variants: List[str]) -> None:
 	"""The kernels, archives and images the scenarios boot, with archives
 	no older than the guest scripts they carry."""
 	tree = '' if plan.current_tree() == plan.default_tree() else f' KERNEL={plan.current_tree()}'
+	if os.environ.get('KERNEL_SRC'):
+		tree = f' KERNEL_SRC={os.environ["KERNEL_SRC"]}'
 	make = f'make initramfs{tree} VARIANTS="{" ".join(variants)}"'
 	guest_files = list((HARNESS / 'guest').iterdir())
 	for variant in sorted({s.variant for s in scenarios}):
@@ -289,9 +327,13 @@ class Runner:
 	def machine(self, variant: str, accel: Optional[str] = None,
 		    scenario: Optional[Scenario] = None) -> guestvm.Machine:
 		if scenario is None or scenario.machine == plan.DEFAULT_MACHINE:
-			return guestvm.Machine(accel or self.accel, variant, kernel_of(variant), vcpus=self.opts.vcpus)
-		return guestvm.Machine(accel or self.accel, variant, kernel_of(variant), scenario.machine,
-				       disk_of(scenario.image), vcpus=self.opts.vcpus)
+			machine = guestvm.Machine(accel or self.accel, variant, kernel_of(variant), vcpus=self.opts.vcpus)
+		else:
+			machine = guestvm.Machine(accel or self.accel, variant, kernel_of(variant), scenario.machine,
+						  disk_of(scenario.image), vcpus=self.opts.vcpus)
+		if scenario is not None:
+			machine.interactive, machine.gdb_port = self.opts.shell, self.opts.gdb
+		return machine
 
 	def timeout_of(self, variant: str) -> int:
 		"""A guest's timeout: --timeout, or SLOW_VARIANT_TIMEOUT times it on
@@ -413,10 +455,13 @@ class Runner:
 			initrd = workdir / 'initrd'
 			write_initrd(scenario.variant, scenario.image, initrd)
 			try:
+				# A person at a shell or in gdb may leave a guest
+				# silent after an oops for as long as they like.
+				interactive = self.opts.shell or self.opts.gdb
 				return guestvm.run_scenario(self.machine(scenario.variant, scenario=scenario),
 							    workdir, self.sockdir,
 							    initrd, self.message(scenario), self.timeout_of(scenario.variant),
-							    reported=verdict.reported)
+							    reported=None if interactive else verdict.reported)
 			finally:
 				initrd.unlink(missing_ok=True)
 		archive = b'' if scenario.image == plan.DEFAULT_IMAGE else image_archive(scenario.image).read_bytes()
@@ -635,6 +680,23 @@ def run_all(runner: Runner, opts: argparse.Namespace, signals: Signals) -> List[
 	return records
 
 
+def say_interactive(opts: argparse.Namespace, scenario: Scenario) -> None:
+	"""What --shell and --gdb give, before the guest boots."""
+	if opts.gdb:
+		obj = BUILD / 'kernel' / scenario.variant / 'obj'
+		config = (obj / '.config').read_text() if (obj / '.config').is_file() else ''
+		shown = os.path.relpath(obj, TOP) if obj.is_relative_to(TOP) else str(obj)
+		print(f'harness: gdb stub on localhost:{opts.gdb} (kernel booted with nokaslr); attach with\n'
+		      f"  gdb {shown}/vmlinux -ex 'target remote localhost:{opts.gdb}'")
+		if 'CONFIG_DEBUG_INFO=y' not in config:
+			print(f'harness: {scenario.variant} has no debug info: gdb knows its symbols, not its '
+			      f'source lines; {plan.series_of(scenario.variant)}-gdb has them '
+			      f'(make initramfs VARIANTS={plan.series_of(scenario.variant)}-gdb)')
+	if opts.shell:
+		print('harness: the guest\'s console is this terminal.  At the hold point a shell starts '
+		      'there; init waits until it exits, then the case goes on.  Ctrl-a x ends QEMU.', flush=True)
+
+
 def main(argv: List[str]) -> int:
 	opts = parse_args(argv)
 	scenarios = compile_plan(opts)
@@ -670,9 +732,10 @@ def main(argv: List[str]) -> int:
 			if not signals.caught:
 				boots = runner.choose_boots()
 			runs = '' if opts.repeat == 1 else f' x {opts.repeat} runs'
-			print(f'harness: {len(scenarios)} scenarios{runs} on linux-source-{plan.current_tree()}, '
+			print(f'harness: {len(scenarios)} scenarios{runs} on {plan.source_name()}, '
 			      f'variants: {" ".join(opts.variants)}, '
 			      f'{runner.accel}, {opts.vcpus} vCPUs, {boots}, -j {opts.jobs}', flush=True)
+			say_interactive(opts, scenarios[0])
 			if not signals.caught:
 				records = run_all(runner, opts, signals)
 	finally:

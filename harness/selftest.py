@@ -674,6 +674,20 @@ class Input(unittest.TestCase):
 		self.assertTrue(plan.on_tree('6.1+', '6.12'))
 		self.assertFalse(plan.on_tree('6.12+', '6.2'))
 
+	def test_nearest_tree_is_the_latest_at_or_below(self):
+		for version, tree in (('6.1', '6.1'), ('6.11', '6.1'), ('6.12', '6.12'), ('7.2', '6.12'),
+				      ('7.3', '7.3'), ('8.0', '7.3'), ('5.15', None)):
+			with self.subTest(version=version):
+				self.assertEqual(plan.nearest_tree(version), tree)
+
+	def test_a_gdb_variant_runs_what_its_base_runs(self):
+		text = 'case unload_io\nkernel vanilla fixed\nload=OK\nunload=EBUSY - .\n'
+		with tempfile.TemporaryDirectory() as tmp:
+			table = pathlib.Path(tmp) / 'cases'
+			table.write_text(text)
+			chosen = plan.scenarios(table, ['fixed-gdb', 'vanilla-debug-gdb'], tree='6.1')
+			self.assertEqual([(s.variant, s.steps) for s in chosen], [('fixed-gdb', ('load=OK', 'unload=EBUSY'))])
+
 	def test_soak_rows_are_valid(self):
 		soak = load_soak()
 		for argv in ([], ['--faults', '--cycles', '300'], ['--ungated', '--runs', '20', '--variant', 'vanilla-debug'],

@@ -92,6 +92,15 @@ held_somewhere() {
 	case $(cat "$STAGE" 2>/dev/null) in "held at "*) ;; *) false ;; esac
 }
 
+# shell: a shell on the console while init waits at its hold point
+# (harness/run --shell puts it after the case's held step); the case goes
+# on when it exits.
+act_shell() {
+	echo "raceblk: $VARIANT/$SCENARIO/$IMAGE: init $(cat "$STAGE" 2>&1); exit this shell to go on" > /dev/ttyS0
+	setsid -c sh -i < /dev/ttyS0 > /dev/ttyS0 2>&1
+	obs shell "exited $?"
+}
+
 # release: let init go on from hold.
 act_release() {
 	echo 1 > /sys/module/raceblk/parameters/release && echo "release written"
