@@ -171,7 +171,16 @@ def interactive_scenario(chosen: List[Scenario], shell: bool) -> Scenario:
 		raise Refusal(f'case {scenario.id} has no hold point (a held step): --shell stops there; '
 			      'cases with one: grep -l held harness/cases, or params hold=POINT')
 	steps = scenario.steps[:held[0] + 1] + ('shell',) + scenario.steps[held[0] + 1:]
-	return dataclasses.replace(scenario, steps=steps)
+	# Init waits at the hold point as long as raceblk allows, not the
+	# case's seconds.
+	params = tuple(p for p in scenario.params if not p.startswith('hold_timeout_ms='))
+	return dataclasses.replace(scenario, steps=steps, params=params + (f'hold_timeout_ms={max_hold_ms()}',))
+
+
+def max_hold_ms() -> int:
+	"""raceblk's longest hold (RACEBLK_MAX_HOLD_MS)."""
+	text = (TOP / 'driver/main.c').read_text()
+	return int(re.search(r'^#define RACEBLK_MAX_HOLD_MS\s+(\d+)', text, re.M).group(1))
 
 
 # --- bring your own disk ------------------------------------------------------
@@ -638,10 +647,15 @@ class Signals:
 			    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
 
 	def on_signal(self, signum, _frame):
-		if not self.caught:
-			os.write(2, f'\nharness: {signal.Signals(signum).name}: killing every guest\n'.encode())
+		# Kill first: after a SIGHUP the terminal is gone, and the write
+		# fails (EIO).
 		self.caught.append(signum)
 		guestvm.kill_all()
+		if len(self.caught) == 1:
+			try:
+				os.write(2, f'\nharness: {signal.Signals(signum).name}: killing every guest\n'.encode())
+			except OSError:
+				pass
 
 	def restore(self) -> None:
 		for signum, handler in self.old.items():
@@ -694,7 +708,8 @@ def say_interactive(opts: argparse.Namespace, scenario: Scenario) -> None:
 			      f'(make initramfs VARIANTS={plan.series_of(scenario.variant)}-gdb)')
 	if opts.shell:
 		print('harness: the guest\'s console is this terminal.  At the hold point a shell starts '
-		      'there; init waits until it exits, then the case goes on.  Ctrl-a x ends QEMU.', flush=True)
+		      f'there; init waits until it exits (at most {max_hold_ms() // 60000} minutes), then the '
+		      'case goes on.  Ctrl-a x ends QEMU.', flush=True)
 
 
 def main(argv: List[str]) -> int:

@@ -289,6 +289,22 @@ class Faults(Case):
 	def test_sigterm_mid_run(self):
 		self.interrupt(signal.SIGTERM, 143)
 
+	def test_sighup_with_stderr_failing_kills_the_guests(self):
+		# The terminal a --shell run was on closes: SIGHUP, and its stderr
+		# fails.  The guests must go all the same.
+		# /dev/full: every write to stderr fails, as on a hung-up tty.
+		with open('/dev/full', 'w') as full:
+			run = subprocess.Popen([str(HARNESS / 'run'), '--cold', '-j', '1', '--filter', MANY],
+					       env=self.fake.env('hang'), stdout=subprocess.DEVNULL, stderr=full)
+		self.addCleanup(lambda: run.poll() is None and (run.kill(), run.wait()))
+		deadline = time.monotonic() + 20
+		while not list((self.fake.build / 'results').glob('vanilla/*/*/console.log')):
+			self.assertLess(time.monotonic(), deadline, 'no guest started')
+			time.sleep(0.1)
+		run.send_signal(signal.SIGHUP)
+		run.wait(timeout=30)
+		self.assertEqual(self.fake.guests_left(), [])
+
 	def test_second_run_refused_while_one_holds_build(self):
 		self.fake.build.mkdir(parents=True, exist_ok=True)
 		with open(self.fake.build / '.harness.lock', 'w') as lock:
