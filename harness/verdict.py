@@ -193,8 +193,8 @@ class Step:
 OBS_PREFIX = 'obs '
 # What a case expects of an action unless it says otherwise: the action's
 # name says it (stuck: kept for good; reaped: gone by itself).
-YES = ('free_disk_called', 'refused', 'version_magic', 'disagrees', 'ignored', 'oopsed', 'kernel_tainted',
-       'sd_attached')
+YES = ('free_disk_called', 'refused', 'version_magic', 'disagrees', 'unknown_symbol', 'ignored', 'oopsed',
+       'kernel_tainted', 'sd_attached')
 KEPT = {'state': 'Unloading', 'flags': '!-', 'initstate': 'going', 'kept': '1', 'logged': 'yes'}
 FIXED_DEFAULTS: Dict[str, Dict[str, str]] = {
 	**{name: {name: 'yes'} for name in YES},

@@ -52,6 +52,12 @@ act_disagrees() {
 	log_obs disagrees "raceblk: disagrees about version of symbol $1\$"
 }
 
+# unknown_symbol:NAME: whether the loader refused raceblk for a symbol
+# NAME the kernel does not export (yes or no).
+act_unknown_symbol() {
+	log_obs unknown_symbol "raceblk: Unknown symbol $1 "
+}
+
 # kernel_tainted:FLAG: whether the kernel's taint mask has FLAG (F: a
 # forced load, bit 1; R: a forced unload, bit 3; O: an out-of-tree module,
 # bit 12): yes or no.
