@@ -60,7 +60,11 @@ TREE := kernel-patches/$(KERNEL)
 # has 6.1 and 6.12), or, for a tree with a $(TREE)/apt-source, fetched
 # from the suite that file names into build/ (kernel-patches/fetch-source).
 APT_SOURCE := $(wildcard $(TREE)/apt-source)
-KERNEL_TARBALL ?= $(if $(APT_SOURCE),build/$(KERNEL)/deb/usr/src,/usr/src)/linux-source-$(KERNEL).tar.xz
+# (make KERNEL_TARBALL=FILE takes another; not the environment's, which a
+# make for another tree exports.)
+ifneq ($(origin KERNEL_TARBALL),command line)
+KERNEL_TARBALL := $(if $(APT_SOURCE),build/$(KERNEL)/deb/usr/src,/usr/src)/linux-source-$(KERNEL).tar.xz
+endif
 export KERNEL_TARBALL
 # The harness scripts find the tree's builds and results through these.
 export KERNEL
@@ -456,9 +460,13 @@ series-check: deps
 	@kernel-patches/series-check
 
 # The postings (block, module, repro) as patches to send, signed by whoever
-# runs it (git config user.name and user.email): build/KERNEL/series-export/.
-series-export: deps
-	@kernel-patches/series-export
+# runs it (git config user.name and user.email): build/TREE/series-export/,
+# TREE kernel-patches/posting-tree's unless KERNEL is given.
+POSTING_TREE := $(shell sed '/^\#/d' kernel-patches/posting-tree)
+EXPORT_TREE := $(if $(filter command line environment,$(origin KERNEL)),$(KERNEL),$(POSTING_TREE))
+series-export:
+	@$(MAKE) --no-print-directory deps KERNEL=$(EXPORT_TREE)
+	@KERNEL=$(EXPORT_TREE) KERNEL_TARBALL= kernel-patches/series-export
 
 # A git tree with the series as commits, to edit the patches.
 series-tree: deps
