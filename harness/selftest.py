@@ -1050,6 +1050,38 @@ class Units(unittest.TestCase):
 			return subprocess.run([str(HARNESS / 'progress'), 'kernel demo', f'{tmp}/build.log', *command],
 					      env={**os.environ, **env}, capture_output=True, text=True, check=False)
 
+	def test_apply_series_names_the_patch_that_does_not_apply(self):
+		# KERNEL_SRC: a worktree of the user's HEAD, their checkout and
+		# branches untouched; a patch that does not apply is one line.
+		with tempfile.TemporaryDirectory() as tmp:
+			repo, dest = pathlib.Path(tmp) / 'linux', pathlib.Path(tmp) / 'wt'
+			git = ['git', '-c', 'user.name=t', '-c', 'user.email=t@t', '-C', str(repo)]
+			subprocess.run(['git', 'init', '-q', '-b', 'main', str(repo)], check=True)
+			(repo / 'f.c').write_text('int a;\nint b;\nint c;\n')
+			subprocess.run(git + ['add', 'f.c'], check=True)
+			subprocess.run(git + ['commit', '-q', '-m', 'base'], check=True)
+			(repo / 'f.c').write_text('int a;\nint B;\nint c;\n')
+			patch = pathlib.Path(tmp) / '0001-b.patch'
+			subprocess.run(git + ['commit', '-q', '-am', 'b'], check=True)
+			patch.write_text(subprocess.run(git + ['format-patch', '--stdout', '-1'], capture_output=True,
+							text=True, check=True).stdout)
+			subprocess.run(git + ['reset', '-q', '--hard', 'HEAD~1'], check=True)
+			apply = [str(TOP / 'kernel-patches/apply-series'), str(repo), str(dest), str(patch)]
+			done = subprocess.run(apply, capture_output=True, text=True, check=False)
+			self.assertEqual(done.returncode, 0, done.stderr)
+			self.assertIn('int B;', (dest / 'f.c').read_text())
+			(repo / 'f.c').write_text('int a;\nint x;\nint c;\n')
+			subprocess.run(git + ['commit', '-q', '-am', 'x'], check=True)
+			done = subprocess.run(apply, capture_output=True, text=True, check=False)
+			self.assertEqual(done.returncode, 1)
+			self.assertRegex(done.stderr, r'^apply-series: .*0001-b.patch does not apply to .*linux '
+					 r'\([0-9a-f]+\): conflict in f.c\n$')
+			branches = subprocess.run(git + ['branch', '--format=%(refname:short)'], capture_output=True,
+						  text=True, check=True).stdout.split()
+			self.assertEqual(branches, ['main'])
+			self.assertEqual(subprocess.run(git + ['status', '--porcelain'], capture_output=True,
+							text=True, check=True).stdout, '')
+
 	def test_kernel_build_is_one_line(self):
 		done = self.progress('sh', '-c', 'for i in 1 2 3; do echo "  CC  file$i.o"; done')
 		self.assertRegex(done.stdout, r'^kernel demo: building \(log: .*build.log\) \.\.\. 0m0\ds\n$')
