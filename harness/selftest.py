@@ -1050,6 +1050,44 @@ class Units(unittest.TestCase):
 			return subprocess.run([str(HARNESS / 'progress'), 'kernel demo', f'{tmp}/build.log', *command],
 					      env={**os.environ, **env}, capture_output=True, text=True, check=False)
 
+	@unittest.skipUnless(shutil.which('dpkg-deb'), 'needs dpkg-deb')
+	def test_fetch_source_uses_its_own_apt_lists_and_installs_nothing(self):
+		# make deps KERNEL=7.3: every apt-get call reads a sources list of
+		# its own (never the host's) and only downloads.
+		with tempfile.TemporaryDirectory() as tmp:
+			top, bin_ = pathlib.Path(tmp) / 'top', pathlib.Path(tmp) / 'bin'
+			(top / 'kernel-patches/9.9').mkdir(parents=True)
+			shutil.copy(TOP / 'kernel-patches/fetch-source', top / 'kernel-patches/')
+			(top / 'kernel-patches/9.9/apt-source').write_text('# a comment\ndeb http://example.invalid/debian suite main\n')
+			pkg = pathlib.Path(tmp) / 'pkg'
+			(pkg / 'DEBIAN').mkdir(parents=True)
+			(pkg / 'usr/src').mkdir(parents=True)
+			(pkg / 'usr/src/linux-source-9.9.tar.xz').write_bytes(b'tarball')
+			(pkg / 'DEBIAN/control').write_text('Package: linux-source-9.9\nVersion: 9.9.1-1\n'
+							     'Architecture: all\nMaintainer: t <t@t>\nDescription: t\n')
+			deb = pathlib.Path(tmp) / 'linux-source-9.9_9.9.1-1_all.deb'
+			subprocess.run(['dpkg-deb', '--build', str(pkg), str(deb)], capture_output=True, check=True)
+			bin_.mkdir()
+			(bin_ / 'apt-get').write_text(f'#!/bin/sh\necho "$*" >> {tmp}/calls\n'
+						       f'case " $* " in *" download "*) cp {deb} . ;; esac\n')
+			(bin_ / 'apt-get').chmod(0o755)
+			done = subprocess.run([str(top / 'kernel-patches/fetch-source'), '9.9', str(top / 'build/9.9/deb')],
+					      env={**os.environ, 'PATH': f'{bin_}:{os.environ["PATH"]}'},
+					      capture_output=True, text=True, check=False)
+			self.assertEqual(done.returncode, 0, done.stderr)
+			self.assertEqual((top / 'build/9.9/deb/usr/src/linux-source-9.9.tar.xz').read_bytes(), b'tarball')
+			calls = (pathlib.Path(tmp) / 'calls').read_text().splitlines()
+			self.assertEqual([c.split()[-1] for c in calls if 'update' in c.split()], ['update'])
+			self.assertEqual(len(calls), 2, calls)
+			for call in calls:
+				with self.subTest(call=call):
+					self.assertIn(f'Dir::Etc::sourcelist={top}/build/apt/9.9/sources.list', call)
+					self.assertIn('Dir::Etc::sourceparts=-', call)
+					self.assertIn(f'Dir::State::Lists={top}/build/apt/9.9/lists', call)
+					self.assertNotIn('install', call.split())
+			self.assertEqual((top / 'build/apt/9.9/sources.list').read_text(),
+					 'deb http://example.invalid/debian suite main\n')
+
 	def test_apply_series_names_the_patch_that_does_not_apply(self):
 		# KERNEL_SRC: a worktree of the user's HEAD, their checkout and
 		# branches untouched; a patch that does not apply is one line.
