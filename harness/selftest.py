@@ -1088,6 +1088,25 @@ class Units(unittest.TestCase):
 			self.assertEqual((top / 'build/apt/9.9/sources.list').read_text(),
 					 'deb http://example.invalid/debian suite main\n')
 
+	def test_kernel_cache_points_a_restored_tree_at_its_new_place(self):
+		# A build saved in one clone, restored in another: 7.3's generated
+		# Makefile names its own directory too (KBUILD_OUTPUT), and a
+		# stale one sent raceblk's objects into the kernel's obj dir.
+		with tempfile.TemporaryDirectory() as tmp:
+			old, new = pathlib.Path(tmp) / 'a/obj', pathlib.Path(tmp) / 'b/obj'
+			inputs = pathlib.Path(tmp) / 'series'
+			inputs.write_text('x\n')
+			old.mkdir(parents=True)
+			(old / '.config').write_text('CONFIG_X=y\n')
+			(old / 'Makefile').write_text(f'export KBUILD_OUTPUT = {old}\ninclude {tmp}/a/src/Makefile\n')
+			env = {**os.environ, 'KERNEL_CACHE': f'{tmp}/cache', 'KBUILD_BUILD_TIMESTAMP': 't',
+			       'KBUILD_BUILD_USER': 'u', 'KBUILD_BUILD_HOST': 'h'}
+			cache = str(TOP / 'kernel-patches/kernel-cache')
+			subprocess.run([cache, 'save', 'v', str(old), f'{tmp}/a/src', str(inputs)], env=env, check=True)
+			subprocess.run([cache, 'restore', 'v', str(new), f'{tmp}/b/src', str(inputs)], env=env, check=True)
+			self.assertEqual((new / 'Makefile').read_text(),
+					 f'export KBUILD_OUTPUT = {new}\ninclude {tmp}/b/src/Makefile\n')
+
 	def test_apply_series_names_the_patch_that_does_not_apply(self):
 		# KERNEL_SRC: a worktree of the user's HEAD, their checkout and
 		# branches untouched; a patch that does not apply is one line.
