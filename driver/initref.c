@@ -38,9 +38,9 @@
 #include <linux/moduleparam.h>
 #include <linux/slab.h>
 #include <linux/timer.h>
+#include <linux/workqueue.h>
 
 #include "compat.h"
-#include <linux/workqueue.h>
 
 static char *g_ref = "self";
 module_param_named(ref, g_ref, charp, 0444);

@@ -424,8 +424,8 @@ def column_errors(row: Row, known: Known) -> Iterator[str]:
 	for variant, tree in map(split_variant, row.variants):
 		if variant != 'all' and variant not in known.variants:
 			yield f'unknown variant "{variant}" (kernel-patches/TREE/series.* name them)'
-		if tree_spec_error(tree, known):
-			yield f'"{variant}@{tree}": {tree_spec_error(tree, known)}'
+		if (error := tree_spec_error(tree, known)):
+			yield f'"{variant}@{tree}": {error}'
 	for tree in known.trees:
 		if 'all' in row_variants(row, tree) and len(row_variants(row, tree)) > 1:
 			yield f'"all" with other variants on {tree}'
@@ -459,8 +459,8 @@ def coverage_errors(cases: List[Case], known: Known, top: pathlib.Path = TOP) ->
 			for variant, tree in map(split_variant, skip.variants):
 				if variant not in known.variants:
 					yield skip.line, f'unknown variant "{variant}" in skip'
-				if tree_spec_error(tree, known):
-					yield skip.line, f'skip "{variant}@{tree}": {tree_spec_error(tree, known)}'
+				if (error := tree_spec_error(tree, known)):
+					yield skip.line, f'skip "{variant}@{tree}": {error}'
 		missing = []
 		for tree in sorted(known.trees):
 			ran = {v for row in case.rows for v in row_variants(row, tree)}

@@ -125,7 +125,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	opts = parser.parse_args(argv)
 	if opts.expected and not opts.image:
 		parser.error('--expected goes with --image')
-	if opts.shell or opts.gdb:
+	# --shell and --gdb: one guest, for a person.
+	opts.interactive = bool(opts.shell or opts.gdb)
+	if opts.interactive:
 		if opts.repeat != 1 or opts.matrix:
 			parser.error('--shell and --gdb run one scenario once')
 		opts.boot, opts.jobs, opts.timeout = 'cold', 1, INTERACTIVE_TIMEOUT_S
@@ -150,7 +152,7 @@ def compile_plan(opts: argparse.Namespace) -> List[Scenario]:
 		  if any(fnmatch.fnmatchcase(s.name, g) for g in globs)]
 	index, count = opts.shard
 	chosen = chosen[index - 1::count]
-	if (opts.shell or opts.gdb) and not opts.list:
+	if opts.interactive and not opts.list:
 		chosen = [interactive_scenario(chosen, opts.shell)]
 	return chosen
 
@@ -466,11 +468,10 @@ class Runner:
 			try:
 				# A person at a shell or in gdb may leave a guest
 				# silent after an oops for as long as they like.
-				interactive = self.opts.shell or self.opts.gdb
 				return guestvm.run_scenario(self.machine(scenario.variant, scenario=scenario),
 							    workdir, self.sockdir,
 							    initrd, self.message(scenario), self.timeout_of(scenario.variant),
-							    reported=None if interactive else verdict.reported)
+							    reported=None if self.opts.interactive else verdict.reported)
 			finally:
 				initrd.unlink(missing_ok=True)
 		archive = b'' if scenario.image == plan.DEFAULT_IMAGE else image_archive(scenario.image).read_bytes()
