@@ -83,6 +83,11 @@ JOBS ?= $(shell nproc)
 # Bring your own disk: make test|race-demo IMAGE=PATH [EXPECTED=FILE].
 # make race-demo BACKEND=scsi: the table for raceblk as a SCSI driver.
 OWN_IMAGE_ARGS = $(if $(IMAGE),--image $(IMAGE)) $(if $(EXPECTED),--expected $(EXPECTED))
+# Bring your own driver: make test MODULE=FILE MODULE_DISK=NAME
+# MODULE_FAIL=PARAMS [MODULE_PARAMS=PARAMS] runs harness/module-cases with
+# it (harness/ownmod.py; harness/run checks the values).
+OWN_MODULE_ARGS = $(if $(MODULE),--module '$(MODULE)' --module-disk '$(MODULE_DISK)' \
+	--module-fail '$(MODULE_FAIL)' --module-params '$(MODULE_PARAMS)')
 
 # Reproducible kernel builds, so ccache hits across clones and rebuilds.
 export CCACHE_DIR ?= $(HOME)/.cache/raceblk/ccache
@@ -444,7 +449,7 @@ test: deps
 	@# that depends on it.
 	@$(MAKE) --no-print-directory -q initramfs || \
 		{ echo "build: make initramfs still has work right after it ran (make -d -q initramfs says what)" >&2; exit 1; }
-	@VARIANTS="$(VARIANTS)" harness/run -j $(JOBS) $(OWN_IMAGE_ARGS)
+	@VARIANTS="$(VARIANTS)" harness/run -j $(JOBS) $(OWN_IMAGE_ARGS) $(OWN_MODULE_ARGS)
 
 race-demo: deps
 	@$(MAKE) --no-print-directory initramfs VARIANTS="$(DEFAULT_VARIANTS)"

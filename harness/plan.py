@@ -32,6 +32,8 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
 TABLE = HARNESS / 'cases'
+# harness/run --module's cases: a driver of the user's own (harness/ownmod.py).
+MODULE_TABLE = HARNESS / 'module-cases'
 # The words that begin a case's own lines; any other line of a case is an
 # action's (no act_case, act_params... in harness/guest/).
 KEYWORDS = ('case', 'params', 'image', 'kernel', 'crash', 'skip')
@@ -251,10 +253,25 @@ class _Draft:
 	skips: List[Skip] = dataclasses.field(default_factory=list)
 
 
+def table_crashes() -> Dict[str, str]:
+	"""The crashes harness/cases names before its first case: every other
+	cases file (harness/module-cases, make soak's) knows them too."""
+	crashes = {}
+	for text in TABLE.read_text().split('\n'):
+		words = text.split(None, 2)
+		if words[:1] == ['case']:
+			break
+		if words[:1] == ['crash'] and len(words) == 3:
+			crashes[words[1]] = words[2].strip()
+	return crashes
+
+
 def parse_cases(path: pathlib.Path) -> Tuple[List[Case], List[Tuple[int, str]]]:
 	"""The cases at PATH, and what is wrong with its lines (line number,
 	error)."""
+	# The file's own crash names, and harness/cases' it may name again.
 	crashes: Dict[str, str] = {}
+	inherited = {} if path.resolve() == TABLE.resolve() else table_crashes()
 	cases: List[Case] = []
 	errors: List[Tuple[int, str]] = []
 	draft: Optional[_Draft] = None
@@ -264,7 +281,7 @@ def parse_cases(path: pathlib.Path) -> Tuple[List[Case], List[Tuple[int, str]]]:
 
 	def finish() -> None:
 		if draft is not None:
-			case = compile_case(draft, crashes, error)
+			case = compile_case(draft, {**inherited, **crashes}, error)
 			if case is not None:
 				cases.append(case)
 
@@ -490,10 +507,10 @@ def duplicate_errors(rows: List[Row], known: Known) -> Iterator[Tuple[Row, str]]
 					yield row, f'{row.id} on {variant} again (first at line {first.line})'
 
 
-def check(path: pathlib.Path, known: Known, coverage: bool = False) -> List[str]:
+def check(path: pathlib.Path, known: Known, coverage: bool = False, fuzz: bool = True) -> List[str]:
 	"""The cases' errors; with COVERAGE (make check asks it of the
 	repository's cases), also a default kernel a case says nothing of,
-	and a parameter that no fuzz: step covers."""
+	and with FUZZ too a raceblk parameter that no fuzz: step covers."""
 	cases, errors = parse_cases(path)
 	rows = [row for case in cases for row in case.rows]
 	errors = set(errors)
@@ -502,7 +519,7 @@ def check(path: pathlib.Path, known: Known, coverage: bool = False) -> List[str]
 	errors |= {(row.line, f'{path}:{row.line}: {e}') for row, e in duplicate_errors(rows, known)}
 	if coverage:
 		errors |= {(line, f'{path}:{line}: {e}') for line, e in coverage_errors(cases, known)}
-		errors |= {(0, f'{path}: {e}') for e in fuzz_errors(rows, known)}
+		errors |= {(0, f'{path}: {e}') for e in (fuzz_errors(rows, known) if fuzz else ())}
 		errors |= {(0, f'harness/guest: act_{word} has the name of a case\'s own line: rename it')
 			   for word in KEYWORDS if word in known.steps}
 	return [text for _, text in sorted(errors)]
@@ -653,9 +670,12 @@ def main(argv: List[str]) -> int:
 	if len(argv) < 1 or argv[0] != 'check':
 		print('usage: harness/plan.py check [CASES [VARIANT...]] | actions', file=sys.stderr)
 		return 2
-	path = pathlib.Path(argv[1]) if len(argv) > 1 else TABLE
 	known = known_names()
-	errors = check(path, known, coverage=True) + variant_errors(argv[2:], known) + tree_errors()
+	if len(argv) > 1:
+		errors = check(pathlib.Path(argv[1]), known, coverage=True)
+	else:
+		errors = check(TABLE, known, coverage=True) + check(MODULE_TABLE, known, coverage=True, fuzz=False)
+	errors += variant_errors(argv[2:], known) + tree_errors()
 	for error in errors:
 		print(error, file=sys.stderr)
 	return 1 if errors else 0

@@ -43,6 +43,7 @@ import traceback
 from typing import Dict, List, Optional, Tuple
 
 import guestvm
+import ownmod
 import plan
 import reports
 import verdict
@@ -64,9 +65,13 @@ SAVE_TRIES = 3
 
 USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list] [--matrix N] [--filter GLOBS] '
 	 '[--shard I/N] [--timeout SECONDS] [--cases FILE] [--repeat N] [--image PATH [--expected FILE]] '
-	 '[--shell] [--gdb [PORT]]')
+	 '[--shell] [--gdb [PORT]] [--module FILE --module-disk NAME --module-fail PARAMS '
+	 '[--module-params PARAMS]]')
 # --shell and --gdb: the guest waits for a person, not for a deadline.
 INTERACTIVE_TIMEOUT_S = 24 * 3600
+# The steps after which --shell stops a case: raceblk's init held, or the
+# user's module (--module) failed with its disk held.
+HOLD_POINTS = ('held', 'own_held')
 
 
 class Refusal(Exception):
@@ -106,8 +111,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	parser.add_argument('--shard', type=shard, default=(1, 1), metavar='I/N',
 			    help='every Nth scenario from the Ith')
 	parser.add_argument('--timeout', type=bounded(1, 86400), default=60, metavar='SECONDS')
-	parser.add_argument('--cases', default=str(TABLE), metavar='FILE',
-			    help='the cases (default: harness/cases; make soak writes its own)')
+	parser.add_argument('--cases', metavar='FILE',
+			    help='the cases (default: harness/cases, or harness/module-cases with --module; '
+			    'make soak writes its own)')
 	parser.add_argument('--vcpus', type=bounded(1, 4), default=guestvm.VCPUS, metavar='N',
 			    help=f'each guest\'s vCPUs (default {guestvm.VCPUS})')
 	parser.add_argument('--repeat', type=bounded(1, 1000), default=1, metavar='N',
@@ -122,9 +128,31 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	parser.add_argument('--gdb', type=bounded(1024, 65535), nargs='?', const=1234, metavar='PORT',
 			    help='start the one scenario\'s guest with a gdb stub on localhost:PORT '
 			    '(default 1234) and print the command that attaches')
+	own = parser.add_argument_group('a driver of your own (harness/module-cases run with it, not raceblk)')
+	own.add_argument('--module', metavar='FILE',
+			 help='the module: a path in the kernel tree (drivers/block/null_blk/null_blk.ko), or '
+			 'one here (/..., ./..., ../...) of a .ko whose directory has its Kbuild or Makefile; '
+			 'built for each variant')
+	own.add_argument('--module-disk', metavar='NAME', help='the disk its init adds (nullb0)')
+	own.add_argument('--module-fail', metavar='PARAMS',
+			 help='the parameters that make its init fail after the disk is added')
+	own.add_argument('--module-params', default='', metavar='PARAMS',
+			 help='parameters of every load of it (default: none)')
 	opts = parser.parse_args(argv)
 	if opts.expected and not opts.image:
 		parser.error('--expected goes with --image')
+	opts.own_module = None
+	if opts.module:
+		if opts.image:
+			parser.error('--module runs its own cases, on no image: not with --image')
+		try:
+			opts.own_module = ownmod.from_options(opts.module, opts.module_disk, opts.module_params,
+							      opts.module_fail)
+		except ownmod.Problem as problem:
+			parser.error(str(problem))
+	elif opts.module_disk or opts.module_fail or opts.module_params:
+		parser.error('--module-disk, --module-fail and --module-params go with --module')
+	opts.cases = opts.cases or str(ownmod.TABLE if opts.module else TABLE)
 	# --shell and --gdb: one guest, for a person.
 	opts.interactive = bool(opts.shell or opts.gdb)
 	if opts.interactive:
@@ -152,6 +180,9 @@ def compile_plan(opts: argparse.Namespace) -> List[Scenario]:
 		  if any(fnmatch.fnmatchcase(s.name, g) for g in globs)]
 	index, count = opts.shard
 	chosen = chosen[index - 1::count]
+	if opts.own_module and any(s.image != plan.DEFAULT_IMAGE for s in chosen):
+		# The guest unpacks one archive after a restore: the module's.
+		raise Refusal(f'--module runs cases on the default image only, and {opts.cases} has others')
 	if opts.interactive and not opts.list:
 		chosen = [interactive_scenario(chosen, opts.shell)]
 	return chosen
@@ -168,7 +199,7 @@ def interactive_scenario(chosen: List[Scenario], shell: bool) -> Scenario:
 	scenario = chosen[0]
 	if not shell:
 		return scenario
-	held = [i for i, name in enumerate(scenario.guest_steps) if name == 'held']
+	held = [i for i, name in enumerate(scenario.guest_steps) if name in HOLD_POINTS]
 	if not held:
 		raise Refusal(f'case {scenario.id} has no hold point (a held step): --shell stops there; '
 			      'cases with one: grep -l held harness/cases, or params hold=POINT')
@@ -316,11 +347,31 @@ def answered_ktap(workdir: pathlib.Path) -> bool:
 	return ktap.exists() and ktap.read_bytes().startswith(b'KTAP version 1')
 
 
-def write_initrd(variant: str, image: str, out: pathlib.Path) -> None:
-	"""The variant's archive, then the image's: the kernel unpacks both."""
+def own_archive(variant: str) -> pathlib.Path:
+	"""harness/run --module's archive of the user's module for VARIANT."""
+	return BUILD / 'own' / f'{variant}.cpio.gz'
+
+
+def write_initrd(variant: str, image: str, out: pathlib.Path, own: bool = False) -> None:
+	"""The variant's archive, then the image's, then with OWN the user's
+	module's: the kernel unpacks them all."""
 	with open(out, 'wb') as f:
-		for part in (initramfs_of(variant), image_archive(image)):
+		for part in (initramfs_of(variant), image_archive(image)) + ((own_archive(variant),) if own else ()):
 			f.write(part.read_bytes())
+
+
+def prepare_own_module(opts: argparse.Namespace, variants: List[str]) -> None:
+	"""The user's module built for each variant, and its archive."""
+	own = opts.own_module
+	where = 'its source ' + str(own.source) if own.source else 'the kernel tree'
+	failing = f'{own.params} {own.fail}'.strip()
+	print(f'harness: --module {own.name}: {own.path} from {where}, disk {own.disk}, '
+	      f'load "{own.params}", failing load "{failing}"', flush=True)
+	for variant in variants:
+		try:
+			ownmod.prepare(own, BUILD / 'kernel' / variant / 'obj', BUILD / 'own', variant)
+		except ownmod.Problem as problem:
+			raise Refusal(str(problem))
 
 
 # --- accelerator and snapshots ----------------------------------------------------
@@ -464,7 +515,7 @@ class Runner:
 		snapshot = self.snapshots.get(scenario.variant) if scenario.machine == plan.DEFAULT_MACHINE else None
 		if snapshot is None:
 			initrd = workdir / 'initrd'
-			write_initrd(scenario.variant, scenario.image, initrd)
+			write_initrd(scenario.variant, scenario.image, initrd, bool(self.opts.own_module))
 			try:
 				# A person at a shell or in gdb may leave a guest
 				# silent after an oops for as long as they like.
@@ -474,7 +525,11 @@ class Runner:
 							    reported=None if self.opts.interactive else verdict.reported)
 			finally:
 				initrd.unlink(missing_ok=True)
+		# One archive at most: the guest's cpio stops at the first one's
+		# end (--module runs on the default image only).
 		archive = b'' if scenario.image == plan.DEFAULT_IMAGE else image_archive(scenario.image).read_bytes()
+		if self.opts.own_module:
+			archive = own_archive(scenario.variant).read_bytes()
 		return guestvm.run_scenario(self.machine(scenario.variant), workdir, self.sockdir,
 					    snapshot.with_suffix('.initrd'), self.message(scenario, archive),
 					    self.timeout_of(scenario.variant), snapshot=snapshot,
@@ -731,6 +786,8 @@ def main(argv: List[str]) -> int:
 	lock = Lock()
 	digest = prepare_own_image(opts) if opts.image else None
 	check_built(scenarios, opts.variants)
+	if opts.own_module:
+		prepare_own_module(opts, sorted({s.variant for s in scenarios}))
 	# The last run's reports go: a run that ends early must not leave them
 	# looking like its own.
 	for name in ('results.json', 'results.ktap', 'junit.xml', 'race-demo.md'):

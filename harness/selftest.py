@@ -12,6 +12,7 @@ Last line: "N passed, N failed, N skipped".
 """
 
 import fcntl
+import gzip
 import importlib.machinery
 import json
 import os
@@ -19,6 +20,7 @@ import pathlib
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -518,7 +520,22 @@ class Input(unittest.TestCase):
 		     (['--cold', '--snapshot'], 'not allowed with argument'),
 		     (['--bogus'], 'unrecognized arguments: --bogus'),
 		     (['--image', '/nonexistent.img'], '--image /nonexistent.img: not a readable file'),
-		     (['--filter', 'nothing/*'], "no scenario matches 'nothing/*'"))
+		     (['--filter', 'nothing/*'], "no scenario matches 'nothing/*'"),
+		     (['--module', 'null_blk.ko'], '--module wants --module-disk NAME'),
+		     (['--module', 'null_blk.ko', '--module-disk', '../sda', '--module-fail', 'x=1'],
+		      '--module wants --module-disk NAME'),
+		     (['--module', 'null_blk.ko', '--module-disk', 'nullb0'], '--module wants --module-fail PARAMS'),
+		     (['--module', 'null_blk.ko', '--module-disk', 'nullb0', '--module-fail', 'x=$(reboot)'],
+		      '--module-fail: "x=$(reboot)" is not a module parameter'),
+		     (['--module', 'null_blk.o', '--module-disk', 'nullb0', '--module-fail', 'x=1'],
+		      '--module null_blk.o: a module file, NAME.ko'),
+		     (['--module', 'a.ko', '--module-disk', 'sda', '--module-fail', 'x=1', '--image', 'x.img'],
+		      '--module runs its own cases, on no image'),
+		     (['--module-fail', 'x=1'], 'go with --module'),
+		     (['--module', '/nonexistent/x.ko', '--module-disk', 'xb0', '--module-fail', 'x=1'],
+		      '--module /nonexistent/x.ko: no Kbuild or Makefile in /nonexistent'),
+		     (['--module', 'drivers/no/such.ko', '--module-disk', 'sda', '--module-fail', 'x=1'],
+		      '--module drivers/no/such.ko: not a module the vanilla kernel built'))
 
 	def test_bad_flags(self):
 		fake = FakeBuild()
@@ -776,6 +793,62 @@ class OwnImage(Case):
 		self.assertRegex(done.stderr, r'--image .*tiny.img: parted .*; give its partition table with --expected')
 
 
+@unittest.skipUnless(shutil.which('gcc') and shutil.which('strip'), 'needs gcc and strip')
+class OwnModule(Case):
+	"""--module: the user's driver and the modules it needs, built for each
+	variant, go to the guest with what the own_* actions read."""
+
+	def fake_module(self, path: str, depends: str) -> None:
+		"""An object file with a module's .modinfo, which strip takes."""
+		ko = self.fake.build / 'kernel/vanilla/obj' / path
+		ko.parent.mkdir(parents=True, exist_ok=True)
+		source = ('static const char modinfo[] __attribute__((section(".modinfo"), used)) = '
+			  f'"license=GPL\\0depends={depends}\\0vermagic=x";\n')
+		subprocess.run(['gcc', '-c', '-x', 'c', '-', '-o', str(ko)], input=source, text=True, check=True)
+
+	def archive(self, variant: str, *cpio: str) -> str:
+		"""What cpio CPIO... says of the variant's archive of the module."""
+		data = gzip.decompress((self.fake.build / f'own/{variant}.cpio.gz').read_bytes())
+		return subprocess.run(['cpio', '--quiet', *cpio], input=data, capture_output=True, check=True).stdout.decode()
+
+	def test_in_tree_module_goes_with_what_it_needs(self):
+		(self.fake.build / 'kernel/vanilla/obj/modules.order').parent.mkdir(parents=True, exist_ok=True)
+		(self.fake.build / 'kernel/vanilla/obj/modules.order').write_text(
+			'drivers/block/fake-blk.o\nfs/base/base_a.o\nfs/dep/dep_b.o\n')
+		self.fake_module('drivers/block/fake-blk.ko', 'dep_b,base_a')
+		self.fake_module('fs/dep/dep_b.ko', 'base_a')
+		self.fake_module('fs/base/base_a.ko', '')
+		done = self.fake.run('pass', '--module', 'drivers/block/fake-blk.ko', '--module-disk', 'fakeb0',
+				     '--module-params', 'nr=2  irqmode=2', '--module-fail', 'fail=1,50,0,-1',
+				     '--filter', '*/own_rmmod/*')
+		self.assertSummary(done, 1, 0, 0)
+		self.assertIn('harness: --module fake_blk: drivers/block/fake-blk.ko from the kernel tree', done.stdout)
+		self.assertEqual(self.archive('vanilla', '-i', '--to-stdout', 'lib/raceblk/own.conf'), "OWN_NAME=fake_blk\nOWN_KO=/lib/modules/own/fake-blk.ko\n"
+			      "OWN_DEPS='/lib/modules/own/base_a.ko /lib/modules/own/dep_b.ko'\n"
+			      "OWN_DISK=fakeb0\nOWN_PARAMS='nr=2 irqmode=2'\nOWN_FAIL=fail=1,50,0,-1\n")
+		self.assertEqual(self.archive('vanilla', '-t').split(),
+				 ['lib', 'lib/modules', 'lib/modules/own', 'lib/modules/own/base_a.ko',
+				  'lib/modules/own/dep_b.ko', 'lib/modules/own/fake-blk.ko', 'lib/raceblk',
+				  'lib/raceblk/own.conf'])
+
+	def test_a_module_it_needs_that_the_tree_did_not_build(self):
+		self.fake_module('drivers/block/fake.ko', 'nowhere')
+		done = self.fake.run('pass', '--module', 'drivers/block/fake.ko', '--module-disk', 'fakeb0',
+				     '--module-fail', 'fail=1')
+		self.assertEqual(done.returncode, 2, done.stdout)
+		self.assertIn('fake.ko needs the module nowhere, which', done.stderr)
+
+	def test_out_of_tree_source_that_does_not_build(self):
+		source = self.fake.root / 'my drv'
+		source.mkdir()
+		(source / 'Kbuild').write_text('obj-m += mydrv.o\n')
+		done = self.fake.run('pass', '--module', str(source / 'mydrv.ko'), '--module-disk', 'myd0',
+				     '--module-fail', 'fail=1')
+		self.assertEqual(done.returncode, 2, done.stdout)
+		self.assertRegex(done.stderr, r'--module .*mydrv.ko: building .*my drv against .* failed \(log: ')
+		self.assertTrue((self.fake.build / 'own/vanilla/Kbuild').is_file())
+
+
 @unittest.skipUnless(shutil.which('parted') and shutil.which('gcc'), 'needs parted and gcc')
 class ImgPatch(unittest.TestCase):
 	"""images/imgpatch, built with ASan and UBSan, against hostile patch
@@ -868,6 +941,52 @@ class GuestSteps(unittest.TestCase):
 				      timeout=30)
 		self.assertEqual(done.stderr, '')
 		return done.stdout.split()
+
+	def load_held(self, answers: str, present: str = '', log: str = '') -> str:
+		"""harness/guest/drivers.sh's load_held with 3 tries, its loads
+		answering ANSWERS in turn ("LOAD/HELD ..."), the module listed in
+		/proc/modules after the loads named in PRESENT ("2 3"), and a
+		dmesg of LOG: how many loads it made, LOAD and HELD."""
+		script = (f'GUEST_LIB={HARNESS}/guest; . {HARNESS}/guest/proc.sh; . {HARNESS}/guest/drivers.sh\n'
+			  'n_load=0\n'
+			  'catch_load() { n_load=$((n_load + 1)); set -- ' + answers + '; '
+			  'shift $((n_load - 1)); LOAD=${1%%/*}; HELD=$(echo "${1#*/}" | tr _ " "); }\n'
+			  f'module_gone() {{ case " {present} " in *" $n_load "*) return 1 ;; esac; }}\n'
+			  f'dmesg() {{ printf \'%b\\n\' "{log}"; }}\n'
+			  'holder_stop() { :; }\n'
+			  'modctl() { echo OK; }\n'
+			  'load_held 3 /x.ko x_blk xb0 a=1 > /dev/null; echo "$n_load $LOAD $HELD"\n')
+		done = subprocess.run(['busybox', 'sh', '-c', script], capture_output=True, text=True, check=False,
+				      timeout=30)
+		self.assertEqual(done.stderr, '')
+		return done.stdout.strip()
+
+	def test_load_held_loads_until_a_failure_is_held(self):
+		self.assertEqual(self.load_held('OK/await_OK ENOMEM/await_ENOENT ENOMEM/await_OK'),
+				 '3 ENOMEM await OK')
+
+	def test_load_held_gives_up_after_its_tries(self):
+		self.assertEqual(self.load_held('ENOMEM/await_ENOENT ENOMEM/await_ENOENT ENOMEM/await_ENOENT '
+						'ENOMEM/await_OK'), '3 ENOMEM await ENOENT')
+
+	def test_load_held_stops_at_a_module_kept_unheld(self):
+		self.assertEqual(self.load_held('ENOMEM/await_ENOENT ENOMEM/await_OK', present='1'),
+				 '1 ENOMEM await ENOENT')
+
+	def test_load_held_stops_at_a_disk_whose_opens_were_refused(self):
+		refused = 'WARNING: x_blk: try_module_get() from blkdev_get_whole'
+		self.assertEqual(self.load_held('ENOMEM/await_ENXIO ENOMEM/await_OK', log=refused),
+				 '1 ENOMEM await ENXIO')
+		# No disk this time (the failure came before it), or it
+		# succeeded: again.
+		self.assertEqual(self.load_held('OK/await_OK ENOMEM/await_ENOENT ENOMEM/await_ENXIO', log=refused),
+				 '3 ENOMEM await ENXIO')
+
+	def test_load_held_tries_again_when_the_teardown_came_first(self):
+		self.assertEqual(self.load_held('ENOMEM/await_ENXIO ENOMEM/await_OK'), '2 ENOMEM await OK')
+
+	def test_load_held_stops_when_the_loader_died(self):
+		self.assertEqual(self.load_held('died/await_ENOENT ENOMEM/await_OK'), '1 died await ENOENT')
 
 	def test_exited_task_is_reaped_with_its_status(self):
 		self.assertEqual(self.settle('sh -c "sleep 0.1; exit 3"'), ['3:'])
@@ -1013,6 +1132,24 @@ class Churner(unittest.TestCase):
 		opened, took = self.churn(f'churn {self.tmp}/never 300')
 		self.assertEqual(opened, 0)
 		self.assertGreater(took, 0.25)
+
+	def await_(self, path: pathlib.Path, stop: pathlib.Path) -> str:
+		proc = self.blkhold()
+		out, _ = proc.communicate(f'await {path} 300 {stop}\n', timeout=30)
+		return out.strip()
+
+	def test_await_says_whether_it_saw_what_it_could_not_open(self):
+		stop = self.tmp / 'stop'
+		stop.touch()
+		# A unix socket cannot be open()ed: ENXIO, as a disk whose
+		# module refuses the open.
+		sock = socket.socket(socket.AF_UNIX)
+		self.addCleanup(sock.close)
+		sock.bind(str(self.tmp / 'sock'))
+		self.assertEqual(self.await_(self.tmp / 'sock', stop), 'await ENXIO')
+		self.assertEqual(self.await_(self.tmp / 'never', stop), 'await ENOENT')
+		self.assertEqual(self.await_(self.disk, stop), 'await OK')
+		self.assertEqual(self.await_(self.tmp / 'sock', self.tmp / 'no-stop'), 'await ETIMEDOUT')
 
 	def uevent(self, **event: str) -> str:
 		"""Run it as the kernel runs its uevent helper; its log."""

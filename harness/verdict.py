@@ -195,12 +195,13 @@ OBS_PREFIX = 'obs '
 # name says it (stuck: kept for good; reaped: gone by itself).
 YES = ('free_disk_called', 'refused', 'version_magic', 'disagrees', 'unknown_symbol', 'ignored', 'oopsed',
        'kernel_tainted', 'sd_attached')
+STUCK = {'state': 'Live', 'flags': '!', 'initstate': 'live', 'unsafe': '1', 'logged': 'yes'}
 KEPT = {'state': 'Unloading', 'flags': '!-', 'initstate': 'going', 'kept': '1', 'logged': 'yes'}
 FIXED_DEFAULTS: Dict[str, Dict[str, str]] = {
 	**{name: {name: 'yes'} for name in YES},
-	'stuck': {'state': 'Live', 'flags': '!', 'initstate': 'live', 'unsafe': '1', 'logged': 'yes'},
-	'kept': KEPT, 'mod_kept': KEPT,
-	'reaped': {'left': 'yes', 'said': 'yes'}, 'mod_reaped': {'left': 'yes', 'said': 'yes'},
+	**{name: STUCK for name in ('stuck', 'own_stuck')},
+	'kept': KEPT, 'mod_kept': KEPT, 'own_kept': KEPT,
+	**{name: {'left': 'yes', 'said': 'yes'} for name in ('reaped', 'mod_reaped', 'own_reaped')},
 	'released': {'released': 'at_failure|after_holders'},
 	'not_scanned': {'scan': 'none'},
 	'kmemleak': {'kmemleak': 'none'},

@@ -14,8 +14,10 @@
  *                        every millisecond while it does not exist yet or
  *                        is not ready (ENXIO), for up to MS milliseconds or
  *                        until the file STOP exists: a holder that must be
- *                        there before a driver's init fails
- *                                      -> "await OK|ENOENT|ETIMEDOUT"
+ *                        there before a driver's init fails.  Given up:
+ *                        ENXIO when PATH was there but never opened,
+ *                        ENOENT when it never was
+ *                                      -> "await OK|ENXIO|ENOENT|ETIMEDOUT"
  *   churn PATH MS [HOLD_MS [STOP]]
  *                        open PATH, read its start through the page cache
  *                        and again for 0 to HOLD_MS milliseconds (drawn;
@@ -112,7 +114,9 @@ static void sleep_ms(long long ms)
 /*
  * Open @path the moment it can be: while it is not there yet, or is there
  * but its disk is not ready (ENXIO), try again.  ENOENT once it was seen
- * means it went away again, and so does @stop existing: give up then.
+ * means it went away again, and so does @stop existing: give up then, with
+ * ENXIO if it was seen (a disk that came and could not be opened: its
+ * module refused it, or its driver tore it down first) or ENOENT.
  */
 static int do_await(const char *path, long long ms, const char *stop)
 {
@@ -124,10 +128,12 @@ static int do_await(const char *path, long long ms, const char *stop)
 		err = do_open(path);
 		if (err == ENXIO)
 			seen = true;
-		else if (err != ENOENT || seen)
+		else if (err == ENOENT && seen)
+			return ENXIO;
+		else if (err != ENOENT)
 			return err;
 		if (*stop && !access(stop, F_OK))
-			return ENOENT;
+			return seen ? ENXIO : ENOENT;
 		if (now_ms() >= deadline)
 			return ETIMEDOUT;
 		sleep_ms(1);

@@ -73,61 +73,198 @@ NULLB_KO=/lib/modules/null_blk.ko
 # was queued: the partition scan in add_disk() keeps nullb0 busy long
 # enough for a holder to open it before the second device fails.
 NULLB_PARAMS="nr_devices=2 submit_queues=1 poll_queues=0 irqmode=2 completion_nsec=200000000"
-NULLB_TRIES=40
+# A load whose failure the holder must catch may miss it: load_held tries
+# this many loads.
+HELD_TRIES=40
 
-# nullb_catch FAULT: one load of null_blk (NULLB_PARAMS, init_hctx=FAULT)
-# while a new blkhold opens nullb0 the moment it appears: LOAD is the
-# load's answer, HELD blkhold's ("await OK": it holds nullb0).
-nullb_catch() {
-	rm -f /tmp/nullb.loaded
+# catch_load KO DISK PARAMS...: one load of KO with PARAMS while a new
+# blkhold opens /dev/DISK the moment it appears: LOAD is the load's
+# answer, HELD blkhold's ("await OK": it holds DISK).
+catch_load() {
+	local ko=$1 disk=$2
+
+	shift 2
+	rm -f /tmp/catch.loaded
 	holder_start
-	holder_send await /dev/nullb0 30000 /tmp/nullb.loaded
-	# shellcheck disable=SC2086 # NULLB_PARAMS is a word list
-	LOAD=$(or_died modctl "$(modctl load "$NULLB_KO" $NULLB_PARAMS "init_hctx=$1")")
-	: > /tmp/nullb.loaded
+	holder_send await "/dev/$disk" 30000 /tmp/catch.loaded
+	LOAD=$(or_died modctl "$(modctl load "$ko" "$@")")
+	: > /tmp/catch.loaded
 	HELD=$(holder_answer)
+}
+
+# load_held TRIES KO NAME DISK PARAMS...: catch_load until a load failed
+# with DISK held, up to TRIES loads: a load the holder did not catch so
+# (the failure came before DISK, the teardown came first, or init did not
+# fail) is tried again.  A loader that died, a holder that died or hung, a
+# module a failed load left behind with nothing held (rusty keeps it for
+# good), or a disk that came and whose opens its module refused during
+# init (isolate) ends the tries.  LOAD and HELD
+# are the last load's.
+load_held() {
+	local tries=$1 ko=$2 name=$3 disk=$4 n=0
+
+	shift 4
+	while [ "$n" -lt "$tries" ]; do
+		n=$((n + 1))
+		catch_load "$ko" "$disk" "$@"
+		echo "load $n: $LOAD; blkhold: $HELD"
+		[ "$LOAD" != died ] || break
+		case $HELD in died | hung*) break ;; esac
+		if [ "$LOAD" = OK ]; then
+			holder_stop
+			HELD=
+			[ "$(modctl unload "$name")" = OK ] || { echo "cannot unload $name"; return 1; }
+			continue
+		fi
+		[ "$HELD" != "await OK" ] || break
+		# fixed frees a module kept after its failure from a work
+		# item once its holders let go: give it time.  One still there
+		# is kept for good (rusty): no load can follow.
+		poll 2 module_gone "$name" || break
+		# isolate: the disk came, and its module refused every open
+		# while its init ran: no load can catch it.
+		[ "$HELD" != "await ENXIO" ] || ! dmesg | grep -q "$name: try_module_get() from" || break
+	done
+	echo "load $n of at most $tries"
+}
+
+# close_held KEY: the holder load_held (or own_open) left holding a disk
+# closes it: OK, an errno or its fate, or "unheld" when it holds nothing;
+# reported as KEY.
+close_held() {
+	if [ "$HELD" = "await OK" ]; then
+		holder_obs "$1" close "$(holder_ask close)"
+		HELD=
+	else
+		obs "$1" unheld
+	fi
 }
 
 # nullb_held:FAULT: load the in-tree null_blk with two devices and its
 # init_hctx= fault injection set to FAULT (null_blk's commas) while a
 # holder opens nullb0 the moment it appears and keeps it open: the second
 # device fails, and null_init() fails and tears nullb0 down under the
-# holder.  A load the holder did not catch so (the fault hit nullb0, the
-# teardown came first, both devices came up) is tried again, up to
-# NULLB_TRIES loads: 6.12 draws the failing device at random (a load fails
+# holder.  Loads the holder did not catch so are tried again (load_held),
+# up to HELD_TRIES: 6.12 draws the failing device at random (a load fails
 # on nullb1 alone one time in four).  Then the holder closes nullb0.
 # load: the last load's answer (died: an oops killed the loader); close:
 # the close's answer or fate, or "unheld" when the teardown took
 # nullb0's open_mutex before the holder (6.12's vanilla loader dies at its
 # return, whether or not nullb0 was held, and ends the tries so).
 act_nullb_held() {
-	local n=0
-
 	# null_blk needs configfs: built in (6.12: FAULT_INJECTION_CONFIGFS
 	# selects it) or a module.
 	grep -qw configfs /proc/filesystems || [ "$(modctl load /lib/modules/configfs.ko)" = OK ] ||
 		{ echo "no configfs"; return 1; }
-	while [ "$n" -lt "$NULLB_TRIES" ]; do
-		n=$((n + 1))
-		nullb_catch "$1"
-		echo "load $n: $LOAD; blkhold: $HELD"
-		# 6.12's vanilla loader oopses at its return (the scan's late
-		# release), held or not; a holder that died or hung is done.
-		[ "$LOAD" != died ] || break
-		case $HELD in died | hung*) break ;; esac
-		if [ "$LOAD" = OK ] && ! { holder_stop && [ "$(modctl unload null_blk)" = OK ]; }; then
-			echo "cannot unload null_blk"
-			return 1
-		fi
-		[ "$LOAD" = OK ] || [ "$HELD" != "await OK" ] || break
-	done
-	echo "load $n of at most $NULLB_TRIES"
+	# shellcheck disable=SC2086 # NULLB_PARAMS is a word list
+	load_held "$HELD_TRIES" "$NULLB_KO" null_blk nullb0 $NULLB_PARAMS "init_hctx=$1" || return 1
 	obs load "$LOAD"
-	if [ "$HELD" = "await OK" ]; then
-		holder_obs close close "$(holder_ask close)"
-	else
-		obs close unheld
-	fi
+	close_held close
+}
+
+# --- harness/run --module: the user's own driver ---------------------------
+
+# The module, as the host sent it in the scenario's archive
+# (harness/runner.py, own_archive): OWN_NAME, OWN_KO, OWN_DEPS (modules
+# it needs, in load order), OWN_DISK, OWN_PARAMS (every load's) and
+# OWN_FAIL (what makes its init fail after OWN_DISK is added).
+OWN_CONF=/lib/raceblk/own.conf
+
+# own_conf: read OWN_CONF and load OWN_DEPS, once; false without it, or
+# when a module it needs does not load (the user's would fail for that).
+own_conf() {
+	local dep answer
+
+	[ -z "$OWN_NAME" ] || return 0
+	[ -f "$OWN_CONF" ] || { echo "no $OWN_CONF: harness/run --module sends it"; return 1; }
+	# shellcheck source=/dev/null
+	. "$OWN_CONF"
+	for dep in $OWN_DEPS; do
+		answer=$(modctl load "$dep")
+		echo "needs ${dep##*/}: $answer"
+		[ "$answer" = OK ] || { OWN_NAME=; return 1; }
+	done
+}
+
+# own_answer ANSWER: an answer of a load or unload as the cases see a
+# driver they do not know: OK, died, or "failed" (the errno is logged).
+own_answer() {
+	case $1 in
+	OK | died) echo "$1" ;;
+	*) echo failed ;;
+	esac
+}
+
+# own_held: load the user's module with OWN_PARAMS and OWN_FAIL while a
+# holder opens OWN_DISK the moment it appears and keeps it open, until a
+# load fails with the disk held (load_held, up to HELD_TRIES loads).
+# load: OK (init never failed: OWN_FAIL does not fail it), failed or
+# died; held: yes when the holder has the disk.  rusty keeps the module
+# of the first failed load, caught or not: it has one try.
+act_own_held() {
+	own_conf || return 1
+	# shellcheck disable=SC2086 # word lists
+	load_held "$HELD_TRIES" "$OWN_KO" "$OWN_NAME" "$OWN_DISK" $OWN_PARAMS $OWN_FAIL || return 1
+	[ "$LOAD" != OK ] || echo "init did not fail in $HELD_TRIES loads: OWN_FAIL ($OWN_FAIL) does not fail it"
+	obs load "$(own_answer "$LOAD")"
+	obs held "$([ "$HELD" = "await OK" ] && echo yes || echo no)"
+}
+
+# own_close: the holder of own_held or own_open closes the disk: OK, an
+# errno or its fate, or unheld.
+act_own_close() {
+	close_held own_close
+}
+
+# own_load: load the user's module with OWN_PARAMS alone: OK, died, or
+# an errno.
+act_own_load() {
+	own_conf || return 1
+	# shellcheck disable=SC2086 # a word list
+	modctl_obs own_load load "$OWN_KO" $OWN_PARAMS
+}
+
+# own_open: a holder opens OWN_DISK and keeps it open: OK, an errno or
+# its fate.
+act_own_open() {
+	own_conf || return 1
+	holder_start
+	HELD=$(holder_ask open "/dev/$OWN_DISK")
+	holder_obs own_open open "$HELD"
+	[ "$HELD" != "open OK" ] || HELD="await OK"
+}
+
+# own_unload: delete_module() of the user's module (rmmod): OK, or an
+# errno (ENOENT: it is gone, EAGAIN: in use, EBUSY: it cannot go).
+act_own_unload() {
+	own_conf || return 1
+	modctl_obs own_unload unload "$OWN_NAME"
+}
+
+# own_module: whether the user's module is in /proc/modules: present or
+# absent.
+act_own_module() {
+	own_conf || return 1
+	grep "^$OWN_NAME " /proc/modules
+	obs own_module "$(module_gone "$OWN_NAME" && echo absent || echo present)"
+}
+
+# own_kept: mod_kept for the user's module.
+act_own_kept() {
+	own_conf || return 1
+	act_mod_kept "$OWN_NAME"
+}
+
+# own_stuck: stuck for the user's module (rusty keeps it for good).
+act_own_stuck() {
+	own_conf || return 1
+	act_stuck "$OWN_NAME"
+}
+
+# own_reaped: mod_reaped for the user's module.
+act_own_reaped() {
+	own_conf || return 1
+	act_mod_reaped "$OWN_NAME"
 }
 
 # --- the module selftest of the reproducer posting -------------------------

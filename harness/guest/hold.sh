@@ -93,10 +93,15 @@ held_somewhere() {
 }
 
 # shell: a shell on the console while init waits at its hold point
-# (harness/run --shell puts it after the case's held step); the case goes
-# on when it exits.
+# (harness/run --shell puts it after the case's held or own_held step);
+# the case goes on when it exits.
 act_shell() {
-	echo "raceblk: $VARIANT/$SCENARIO/$IMAGE: init $(cat "$STAGE" 2>&1); exit this shell to go on" > /dev/ttyS0
+	local at
+
+	at="init $(cat "$STAGE" 2>&1)"
+	# --module: the user's module failed with its disk held.
+	[ -f "$STAGE" ] || at="${OWN_NAME:-the module} failed with /dev/${OWN_DISK:-its disk} held"
+	echo "raceblk: $VARIANT/$SCENARIO/$IMAGE: $at; exit this shell to go on" > /dev/ttyS0
 	setsid -c sh -i < /dev/ttyS0 > /dev/ttyS0 2>&1
 	obs shell "exited $?"
 }

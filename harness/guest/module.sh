@@ -119,11 +119,11 @@ module_facts() {
 	obs logged "$logged"
 }
 
-# stuck: module_facts of raceblk, whose init failed after it was made live
-# (rusty): the host expects it kept for good, logged as unsafe and stuck,
+# stuck[:MODULE]: module_facts of MODULE (default raceblk), whose init
+# failed after it was made live (rusty): the host expects it kept for good, logged as unsafe and stuck,
 # Live with the "!" flag.
 act_stuck() {
-	module_facts raceblk unsafe "cannot be unloaded due to unsafe usage" "module is now stuck"
+	module_facts "${1:-raceblk}" unsafe "cannot be unloaded due to unsafe usage" "module is now stuck"
 }
 
 # mod_kept:MODULE: module_facts of MODULE, whose init failed while
