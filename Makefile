@@ -49,6 +49,24 @@ SRC_HEAD := $(BUILD)/src-head
 $(shell mkdir -p $(BUILD) && head=$$(git -C $(KERNEL_SRC) rev-parse HEAD) && \
 	{ [ "$$(cat $(SRC_HEAD) 2> /dev/null)" = "$$head" ] || echo "$$head" > $(SRC_HEAD); })
 export RACEBLK_SOURCE := $(KERNEL_SRC) ($(SRC_VERSION), $(shell git -C $(KERNEL_SRC) rev-parse --short HEAD)) with kernel-patches/$(KERNEL)/
+# BZIMAGE_OBJ=DIR (harness/run --bzimage sets it): the object tree of a
+# kernel the user configured and built.  No kernel is built here: raceblk
+# and the helper modules are built against DIR for the one variant in
+# VARIANTS (what that kernel is judged as), whose build/.../kernel/VARIANT/obj
+# is DIR, and the cases expect what they expect on the nearest known tree.
+else ifneq ($(BZIMAGE_OBJ),)
+override BZIMAGE_OBJ := $(abspath $(BZIMAGE_OBJ))
+BZIMAGE_RELEASE := $(shell cat $(BZIMAGE_OBJ)/include/config/kernel.release 2> /dev/null)
+override KERNEL := $(shell harness/plan.py nearest-tree $(shell echo '$(BZIMAGE_RELEASE)' | cut -d. -f1,2))
+ifeq ($(KERNEL),)
+$(error BZIMAGE_OBJ=$(BZIMAGE_OBJ): release '$(BZIMAGE_RELEASE)' is no kernel of 6.1 or later)
+endif
+ifneq ($(words $(VARIANTS)),1)
+$(error BZIMAGE_OBJ: one variant in VARIANTS, what the kernel is judged as)
+endif
+BUILD := $(TOP)/build/bzimage-$(BZIMAGE_RELEASE)-$(shell echo '$(BZIMAGE_OBJ)' | sha256sum | cut -c1-8)
+$(shell mkdir -p $(BUILD)/kernel/$(VARIANTS) && ln -sfn $(BZIMAGE_OBJ) $(BUILD)/kernel/$(VARIANTS)/obj)
+export RACEBLK_SOURCE := $(BZIMAGE_OBJ) ($(BZIMAGE_RELEASE), judged as $(VARIANTS)) with kernel-patches/$(KERNEL)/
 else
 ifeq ($(filter $(KERNEL),$(TREES)),)
 $(error KERNEL=$(KERNEL): no kernel-patches/$(KERNEL)/series.vanilla (trees: $(TREES)))
@@ -113,7 +131,7 @@ KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/kernel/$*/src \
 	O=$(BUILD)/kernel/$*/obj $(KMAKE_FLAGS) -j$(JOBS)
 
 # Debian packages the build and the harness need.
-HOST_SOURCE_PACKAGE := $(if $(APT_SOURCE)$(KERNEL_SRC),,linux-source-$(KERNEL))
+HOST_SOURCE_PACKAGE := $(if $(APT_SOURCE)$(KERNEL_SRC)$(BZIMAGE_OBJ),,linux-source-$(KERNEL))
 DEB_PACKAGES := $(HOST_SOURCE_PACKAGE) gcc make libc6-dev bc bison flex libelf-dev \
 	libssl-dev cpio xz-utils lz4 ccache qemu-system-x86 qemu-utils parted \
 	busybox-static python3
@@ -130,7 +148,7 @@ INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 
-.PHONY: all deps deps-check source-version check docs kernel kernels driver images initramfs test race-demo bench soak \
+.PHONY: all deps deps-check source-version build-dir check docs kernel kernels driver images initramfs test race-demo bench soak \
 	images-check series-check series-export series-tree clean distclean
 all: initramfs
 
@@ -161,7 +179,7 @@ APT_LOG := build/logs/apt.log
 
 deps:
 	$(call install_missing,$(DEB_PACKAGES) $(if $(KERNEL_SRC),git))
-	@$(if $(APT_SOURCE),$(if $(KERNEL_SRC),,$(MAKE) --no-print-directory $(KERNEL_TARBALL)))
+	@$(if $(APT_SOURCE),$(if $(KERNEL_SRC)$(BZIMAGE_OBJ),,$(MAKE) --no-print-directory $(KERNEL_TARBALL)))
 
 deps-check:
 	$(call install_missing,$(CHECK_COMMANDS) $(HOST_SOURCE_PACKAGE))
@@ -173,6 +191,10 @@ ifneq ($(APT_SOURCE),)
 $(KERNEL_TARBALL): | $(APT_SOURCE)
 	@kernel-patches/fetch-source $(KERNEL) build/$(KERNEL)/deb
 endif
+
+# Where the tree's builds go (harness/run --bzimage asks).
+build-dir:
+	@echo $(BUILD)
 
 # The Debian version of the tree's source (CI keys its caches on it).
 source-version:
@@ -212,7 +234,9 @@ $(PRISTINE)/.extracted: $(KERNEL_TARBALL)
 	@echo "  VERSION $$($(MAKE) -s -C $(PRISTINE) kernelversion)"
 	@touch $@
 
-ifeq ($(KERNEL_SRC),)
+ifneq ($(BZIMAGE_OBJ),)
+# The user's kernel is built already: no rule may rebuild it.
+else ifeq ($(KERNEL_SRC),)
 $(BUILD)/kernel/%/src/.applied: $(PRISTINE)/.extracted \
 		$(TREE)/series.$$(call series_of,$$*) \
 		$$(call series_patches,$$(call series_of,$$*))
@@ -234,6 +258,7 @@ $(BUILD)/kernel/%/src/.applied: $(SRC_HEAD) \
 	@touch $@
 endif
 
+ifeq ($(BZIMAGE_OBJ),)
 $(BUILD)/kernel/%/obj/.config: $(BUILD)/kernel/%/src/.applied $$(call fragments_of,$$*)
 	@mkdir -p $(@D)
 	@echo "  CONFIG  tinyconfig + $(patsubst kernel-patches/%,%,$(call fragments_of,$*)) ($*)"
@@ -262,6 +287,7 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 		$(call KCACHE,save) || true; \
 	fi
 	@touch $@
+endif
 
 # --- driver ------------------------------------------------------------------
 # Built from a copy so the repository's driver/ never holds objects.
@@ -319,7 +345,8 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(REPRO_SELFTEST) $(BUILD)/kerne
 # replaces the old one there, as a full build of that tree would.
 FOREIGN_vanilla := raceblk-vermagic raceblk-release raceblk-fixed
 FOREIGN_vanilla-modversions := raceblk-vermagic raceblk-release raceblk-proto
-foreign_modules = $(foreach m,$(FOREIGN_$(1)),$(BUILD)/driver/$(1)/foreign/$(m).ko)
+# (None for a kernel of the user's: BZIMAGE_OBJ has no source to prepare.)
+foreign_modules = $(if $(BZIMAGE_OBJ),,$(foreach m,$(FOREIGN_$(1)),$(BUILD)/driver/$(1)/foreign/$(m).ko))
 ABI_FIXTURE := $(TREE)/fixtures/blk-mq-end-request-int.patch
 PREP_KMAKE = $(MAKE) --no-print-directory -C $(1) O=$(@D) $(KMAKE_FLAGS) -j$(JOBS)
 

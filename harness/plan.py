@@ -34,6 +34,9 @@ TOP = HARNESS.parent
 TABLE = HARNESS / 'cases'
 # harness/run --module's cases: a driver of the user's own (harness/ownmod.py).
 MODULE_TABLE = HARNESS / 'module-cases'
+# The actions that load modules built for another kernel
+# (harness/guest/compat.sh, /lib/modules/foreign/).
+FOREIGN_ACTIONS = ('vermagic', 'load_foreign', 'force_load')
 # The words that begin a case's own lines; any other line of a case is an
 # action's (no act_case, act_params... in harness/guest/).
 KEYWORDS = ('case', 'params', 'image', 'kernel', 'crash', 'skip')

@@ -42,6 +42,7 @@ import time
 import traceback
 from typing import Dict, List, Optional, Tuple
 
+import bzimage
 import guestvm
 import ownmod
 import plan
@@ -66,7 +67,7 @@ SAVE_TRIES = 3
 USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list] [--matrix N] [--filter GLOBS] '
 	 '[--shard I/N] [--timeout SECONDS] [--cases FILE] [--repeat N] [--image PATH [--expected FILE]] '
 	 '[--shell] [--gdb [PORT]] [--module FILE --module-disk NAME --module-fail PARAMS '
-	 '[--module-params PARAMS]]')
+	 '[--module-params PARAMS]] [--bzimage FILE [--as VARIANT]]')
 # --shell and --gdb: the guest waits for a person, not for a deadline.
 INTERACTIVE_TIMEOUT_S = 24 * 3600
 # The steps after which --shell stops a case: raceblk's init held, or the
@@ -138,6 +139,12 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 			 help='the parameters that make its init fail after the disk is added')
 	own.add_argument('--module-params', default='', metavar='PARAMS',
 			 help='parameters of every load of it (default: none)')
+	bz = parser.add_argument_group('a kernel of your own')
+	bz.add_argument('--bzimage', type=pathlib.Path, metavar='FILE',
+			help='run the cases on this kernel (OBJ/arch/x86/boot/bzImage of a kernel you built), '
+			'raceblk built against OBJ')
+	bz.add_argument('--as', dest='as_variant', default='vanilla', metavar='VARIANT',
+			help='what --bzimage is judged as (default vanilla)')
 	opts = parser.parse_args(argv)
 	if opts.expected and not opts.image:
 		parser.error('--expected goes with --image')
@@ -153,6 +160,10 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	elif opts.module_disk or opts.module_fail or opts.module_params:
 		parser.error('--module-disk, --module-fail and --module-params go with --module')
 	opts.cases = opts.cases or str(ownmod.TABLE if opts.module else TABLE)
+	if opts.as_variant != 'vanilla' and not opts.bzimage:
+		parser.error('--as goes with --bzimage')
+	if opts.bzimage and opts.as_variant not in plan.default_variants():
+		parser.error(f'--as {opts.as_variant}: one of {", ".join(plan.default_variants())}')
 	# --shell and --gdb: one guest, for a person.
 	opts.interactive = bool(opts.shell or opts.gdb)
 	if opts.interactive:
@@ -180,6 +191,10 @@ def compile_plan(opts: argparse.Namespace) -> List[Scenario]:
 		  if any(fnmatch.fnmatchcase(s.name, g) for g in globs)]
 	index, count = opts.shard
 	chosen = chosen[index - 1::count]
+	# --bzimage builds no module for another kernel.
+	opts.not_run = [s for s in chosen if os.environ.get('RACEBLK_NO_FOREIGN')
+			and {plan.step_name(w) for w in s.steps} & set(plan.FOREIGN_ACTIONS)]
+	chosen = [s for s in chosen if s not in opts.not_run]
 	if opts.own_module and any(s.image != plan.DEFAULT_IMAGE for s in chosen):
 		# The guest unpacks one archive after a restore: the module's.
 		raise Refusal(f'--module runs cases on the default image only, and {opts.cases} has others')
@@ -768,8 +783,27 @@ def say_interactive(opts: argparse.Namespace, scenario: Scenario) -> None:
 		      'case goes on.  Ctrl-a x ends QEMU.', flush=True)
 
 
+def without_bzimage(argv: List[str]) -> List[str]:
+	"""ARGV less --bzimage FILE and --as VARIANT (either form)."""
+	out, skip = [], False
+	for arg in argv:
+		if skip:
+			skip = False
+		elif arg in ('--bzimage', '--as'):
+			skip = True
+		elif not arg.startswith(('--bzimage=', '--as=')):
+			out.append(arg)
+	return out
+
+
 def main(argv: List[str]) -> int:
 	opts = parse_args(argv)
+	if opts.bzimage:
+		try:
+			env = bzimage.prepare(opts.bzimage, opts.as_variant, build=not (opts.list or opts.matrix))
+		except bzimage.Problem as problem:
+			raise Refusal(str(problem))
+		os.execve(HARNESS / 'run', [str(HARNESS / 'run'), *without_bzimage(argv)], env)
 	scenarios = compile_plan(opts)
 	names = [s.name for s in scenarios]
 	if opts.matrix:
@@ -840,7 +874,11 @@ def main(argv: List[str]) -> int:
 		else:
 			print(f'harness: {opts.image} CHANGED during the run', file=sys.stderr)
 			failed += 1
-	skipped = count['skipped']
+	skipped = count['skipped'] + len(opts.not_run)
+	if opts.not_run:
+		print(f'harness: {len(opts.not_run)} scenarios skipped: they load modules built for another '
+		      f'kernel, which --bzimage does not build ({", ".join(s.name for s in opts.not_run[:4])}'
+		      + (', ...)' if len(opts.not_run) > 4 else ')'))
 	if signum:
 		skipped += len(scenarios) - len(records)
 		print(f'harness: interrupted by {signal.Signals(signum).name}: {len(records)} of '

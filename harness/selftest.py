@@ -33,6 +33,7 @@ from typing import List, Optional, Tuple
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
 sys.path.insert(0, str(HARNESS))
+import bzimage  # noqa: E402
 import golden  # noqa: E402
 import plan  # noqa: E402
 import reports  # noqa: E402
@@ -532,6 +533,9 @@ class Input(unittest.TestCase):
 		     (['--module', 'a.ko', '--module-disk', 'sda', '--module-fail', 'x=1', '--image', 'x.img'],
 		      '--module runs its own cases, on no image'),
 		     (['--module-fail', 'x=1'], 'go with --module'),
+		     (['--bzimage', 'x', '--as', 'vanila'], '--as vanila: one of vanilla, isolate, rusty, fixed'),
+		     (['--as', 'fixed'], '--as goes with --bzimage'),
+		     (['--bzimage', '/nonexistent'], '--bzimage /nonexistent: not a file'),
 		     (['--module', '/nonexistent/x.ko', '--module-disk', 'xb0', '--module-fail', 'x=1'],
 		      '--module /nonexistent/x.ko: no Kbuild or Makefile in /nonexistent'),
 		     (['--module', 'drivers/no/such.ko', '--module-disk', 'sda', '--module-fail', 'x=1'],
@@ -849,6 +853,51 @@ class OwnModule(Case):
 		self.assertTrue((self.fake.build / 'own/vanilla/Kbuild').is_file())
 
 
+class BzImage(unittest.TestCase):
+	"""--bzimage: a kernel of the user's is checked before any guest boots."""
+
+	def object_tree(self, config: str) -> pathlib.Path:
+		obj = pathlib.Path(tempfile.mkdtemp(prefix='selftest-bzimage-'))
+		self.addCleanup(shutil.rmtree, obj, ignore_errors=True)
+		for name, text in (('.config', config), ('Module.symvers', ''),
+				   ('include/config/kernel.release', '7.3.4\n'), ('arch/x86/boot/bzImage', 'fake')):
+			(obj / name).parent.mkdir(parents=True, exist_ok=True)
+			(obj / name).write_text(text)
+		return obj
+
+	def test_a_missing_option_is_named_before_any_boot(self):
+		wanted = bzimage.wanted_lines('7.3')
+		config = '\n'.join(line for name, line in wanted.items() if name != 'CONFIG_MODULE_UNLOAD')
+		obj = self.object_tree(config + '\n# CONFIG_MODULE_UNLOAD is not set\nCONFIG_KERNEL_GZIP=y\n')
+		fake = FakeBuild()
+		self.addCleanup(fake.close)
+		done = fake.run('pass', '--bzimage', str(obj / 'arch/x86/boot/bzImage'))
+		self.assertEqual(done.returncode, 2, done.stdout)
+		self.assertRegex(done.stderr, r"lacks what the guest needs .*: CONFIG_MODULE_UNLOAD=y "
+				 r"\(it has '# CONFIG_MODULE_UNLOAD is not set'\)$")
+		self.assertEqual(fake.guests_left(), [])
+		self.assertFalse((fake.build / 'results').exists())
+
+	def test_what_is_asked(self):
+		wanted = bzimage.wanted_lines('7.3')
+		self.assertEqual(wanted['CONFIG_MODULES'], 'CONFIG_MODULES=y')
+		self.assertEqual(wanted['CONFIG_BLK_DEV_NULL_BLK_FAULT_INJECTION'],
+				 'CONFIG_BLK_DEV_NULL_BLK_FAULT_INJECTION=y')
+		self.assertNotIn('CONFIG_KERNEL_LZ4', wanted)
+		# "is not set" holds when the kernel has no such option.
+		self.assertEqual(bzimage.missing('', {'CONFIG_X': '# CONFIG_X is not set'}), [])
+		self.assertEqual(bzimage.missing('CONFIG_X=m\n', {'CONFIG_X': 'CONFIG_X=y'}),
+				 ["CONFIG_X=y (it has 'CONFIG_X=m')"])
+
+	def test_an_image_outside_its_object_tree(self):
+		obj = self.object_tree('')
+		(obj / 'vmlinux').write_text('fake')
+		with self.assertRaisesRegex(bzimage.Problem, 'not the bzImage of its object tree'):
+			bzimage.object_tree(obj / 'vmlinux')
+		with self.assertRaisesRegex(bzimage.Problem, 'no kernel object tree around it'):
+			bzimage.object_tree(pathlib.Path('/bin/true'))
+
+
 @unittest.skipUnless(shutil.which('parted') and shutil.which('gcc'), 'needs parted and gcc')
 class ImgPatch(unittest.TestCase):
 	"""images/imgpatch, built with ASan and UBSan, against hostile patch
@@ -932,34 +981,34 @@ class GuestSteps(unittest.TestCase):
 		The stand-in dmesg (a function: busybox runs its own applet before
 		a program on PATH) prints LOG, with $pid as the task's PID and
 		\\n between lines."""
-		script = (f'GUEST_LIB={HARNESS}/guest; . {HARNESS}/guest/proc.sh\n'
-			  f'{task} & pid=$!\n'
-			  f'dmesg() {{ printf \'%b\\n\' "{log}"; }}\n'
-			  'SETTLE_SECONDS=2 settle "$pid" sleep && status=0 || status=$?\n'
-			  'echo "$status:$SETTLED"; kill "$pid" 2>/dev/null\n')
-		done = subprocess.run(['busybox', 'sh', '-c', script], capture_output=True, text=True, check=False,
-				      timeout=30)
+		return self.guest_sh(f'{task} & pid=$!\n'
+				     f'dmesg() {{ printf \'%b\\n\' "{log}"; }}\n'
+				     'SETTLE_SECONDS=2 settle "$pid" sleep && status=0 || status=$?\n'
+				     'echo "$status:$SETTLED"; kill "$pid" 2>/dev/null\n').split()
+
+	def guest_sh(self, script: str, *libs: str) -> str:
+		"""SCRIPT's output, run by busybox sh after harness/guest/proc.sh
+		and LIBS (it must write nothing to stderr)."""
+		sources = ''.join(f'. {HARNESS}/guest/{lib}; ' for lib in ('proc.sh', *libs))
+		done = subprocess.run(['busybox', 'sh', '-c', f'GUEST_LIB={HARNESS}/guest; {sources}\n{script}'],
+				      capture_output=True, text=True, check=False, timeout=30)
 		self.assertEqual(done.stderr, '')
-		return done.stdout.split()
+		return done.stdout
 
 	def load_held(self, answers: str, present: str = '', log: str = '') -> str:
 		"""harness/guest/drivers.sh's load_held with 3 tries, its loads
 		answering ANSWERS in turn ("LOAD/HELD ..."), the module listed in
 		/proc/modules after the loads named in PRESENT ("2 3"), and a
 		dmesg of LOG: how many loads it made, LOAD and HELD."""
-		script = (f'GUEST_LIB={HARNESS}/guest; . {HARNESS}/guest/proc.sh; . {HARNESS}/guest/drivers.sh\n'
-			  'n_load=0\n'
-			  'catch_load() { n_load=$((n_load + 1)); set -- ' + answers + '; '
-			  'shift $((n_load - 1)); LOAD=${1%%/*}; HELD=$(echo "${1#*/}" | tr _ " "); }\n'
-			  f'module_gone() {{ case " {present} " in *" $n_load "*) return 1 ;; esac; }}\n'
-			  f'dmesg() {{ printf \'%b\\n\' "{log}"; }}\n'
-			  'holder_stop() { :; }\n'
-			  'modctl() { echo OK; }\n'
-			  'load_held 3 /x.ko x_blk xb0 a=1 > /dev/null; echo "$n_load $LOAD $HELD"\n')
-		done = subprocess.run(['busybox', 'sh', '-c', script], capture_output=True, text=True, check=False,
-				      timeout=30)
-		self.assertEqual(done.stderr, '')
-		return done.stdout.strip()
+		return self.guest_sh('n_load=0\n'
+				     'catch_load() { n_load=$((n_load + 1)); set -- ' + answers + '; '
+				     'shift $((n_load - 1)); LOAD=${1%%/*}; HELD=$(echo "${1#*/}" | tr _ " "); }\n'
+				     f'module_gone() {{ case " {present} " in *" $n_load "*) return 1 ;; esac; }}\n'
+				     f'dmesg() {{ printf \'%b\\n\' "{log}"; }}\n'
+				     'holder_stop() { :; }\n'
+				     'modctl() { echo OK; }\n'
+				     'load_held 3 /x.ko x_blk xb0 a=1 > /dev/null; echo "$n_load $LOAD $HELD"\n',
+				     'drivers.sh').strip()
 
 	def test_load_held_loads_until_a_failure_is_held(self):
 		self.assertEqual(self.load_held('OK/await_OK ENOMEM/await_ENOENT ENOMEM/await_OK'),

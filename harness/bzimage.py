@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: GPL-2.0
+"""harness/run --bzimage: the cases on a kernel the user configured and
+built, judged as one variant (--as, default vanilla) of the nearest known
+tree.
+
+Before any guest boots, its configuration (embedded with CONFIG_IKCONFIG,
+else the .config beside the image or in its object tree) must have what
+the guest needs: kernel-patches/config/base.config and the tree's, but
+for the choices made there for build and boot speed alone
+(kernel-patches/config/bzimage-optional).  A missing option is named.
+Then make builds raceblk, its helper modules and the archives against
+the image's object tree (BZIMAGE_OBJ, under build/bzimage-RELEASE-HASH/),
+and harness/run starts again on that build.  The modules built for
+another kernel (the vermagic and modversions rows) need the kernel's
+source tree prepared twice more: those scenarios are not run, and count
+as skipped.
+"""
+
+import os
+import pathlib
+import re
+import subprocess
+from typing import Dict, List, Tuple
+
+import plan
+
+TOP = plan.TOP
+CONFIG = TOP / 'kernel-patches/config'
+OPTION_RE = re.compile(r'^(?:# )?(CONFIG_[A-Z0-9_]+)(?:=| is not set)')
+
+
+class Problem(Exception):
+	"""What keeps --bzimage from running, said for a person."""
+
+
+def object_tree(image: pathlib.Path) -> pathlib.Path:
+	"""The build IMAGE came out of: OBJ of OBJ/arch/x86/boot/bzImage, with
+	its .config, Module.symvers and release."""
+	for folder in image.resolve().parents:
+		if all((folder / name).is_file() for name in ('.config', 'Module.symvers',
+							      'include/config/kernel.release')):
+			if (folder / 'arch/x86/boot/bzImage').resolve() != image.resolve():
+				raise Problem(f'--bzimage {image}: not the bzImage of its object tree {folder} '
+					      '(give OBJ/arch/x86/boot/bzImage)')
+			return folder
+	raise Problem(f'--bzimage {image}: no kernel object tree around it (.config, Module.symvers and '
+		      'include/config/kernel.release in a directory above): raceblk is built against it, '
+		      'so give OBJ/arch/x86/boot/bzImage of a tree built with make bzImage modules')
+
+
+def kernel_config(image: pathlib.Path, obj: pathlib.Path) -> Tuple[str, str]:
+	"""IMAGE's configuration, and where it was read."""
+	for script in (obj / 'source/scripts/extract-ikconfig', obj / 'scripts/extract-ikconfig'):
+		if script.is_file():
+			done = subprocess.run([str(script), str(image)], capture_output=True, text=True, check=False)
+			if done.returncode == 0 and 'CONFIG_' in done.stdout:
+				return done.stdout, f'{image} (CONFIG_IKCONFIG)'
+			break
+	beside = image.parent / '.config'
+	chosen = beside if beside.is_file() else obj / '.config'
+	return chosen.read_text(), str(chosen)
+
+
+def wanted_lines(tree: str) -> Dict[str, str]:
+	"""What the guest needs of a kernel of TREE, by option: the base
+	fragments' lines, the later fragment's first, but the optional ones."""
+	optional = set(re.findall(r'^(CONFIG_[A-Z0-9_]+)', (CONFIG / 'bzimage-optional').read_text(), re.M))
+	wanted: Dict[str, str] = {}
+	for fragment in (CONFIG / 'base.config', TOP / 'kernel-patches' / tree / 'config/base.config'):
+		if fragment.is_file():
+			for line in fragment.read_text().splitlines():
+				match = OPTION_RE.match(line)
+				if match and match.group(1) not in optional:
+					wanted[match.group(1)] = line.strip()
+	return wanted
+
+
+def missing(config: str, wanted: Dict[str, str]) -> List[str]:
+	"""The wanted lines CONFIG does not have, with what it has instead.  An
+	option it does not know is not set (as kernel-patches/config/check)."""
+	have = {m.group(1): line.strip() for line in config.splitlines() if (m := OPTION_RE.match(line))}
+	gaps = []
+	for name, line in sorted(wanted.items()):
+		if have.get(name) == line or (line.startswith('# ') and name not in have):
+			continue
+		gaps.append(f'{line} (it has {have.get(name, "nothing")!r})')
+	return gaps
+
+
+def build_dir(obj: pathlib.Path, variant: str) -> pathlib.Path:
+	"""The Makefile's build directory for OBJ (it computes it)."""
+	done = subprocess.run(['make', '--no-print-directory', '-s', '-C', str(TOP), 'build-dir',
+			       f'BZIMAGE_OBJ={obj}', f'VARIANTS={variant}'],
+			      capture_output=True, text=True, check=False)
+	if done.returncode != 0:
+		raise Problem(f'--bzimage: {done.stderr.strip()}')
+	return pathlib.Path(done.stdout.strip())
+
+
+def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Dict[str, str]:
+	"""Check IMAGE and, with BUILD, build what its guests boot; the
+	environment of the harness/run that runs them."""
+	if not image.is_file():
+		raise Problem(f'--bzimage {image}: not a file')
+	obj = object_tree(image)
+	release = (obj / 'include/config/kernel.release').read_text().strip()
+	version = '.'.join(release.split('.')[:2])
+	tree = plan.nearest_tree(version) if re.fullmatch(r'[0-9]+\.[0-9]+', version) else None
+	if tree is None:
+		raise Problem(f'--bzimage {image}: release {release}: older than every known tree ({", ".join(plan.trees())})')
+	config, where = kernel_config(image, obj)
+	gaps = missing(config, wanted_lines(tree))
+	if gaps:
+		raise Problem(f'--bzimage {image}: {where} lacks what the guest needs (kernel-patches/config/'
+			      'base.config says why): ' + '; '.join(gaps))
+	print(f'harness: --bzimage {image}: {release}, configuration from {where}: has what the guest needs; '
+	      f'judged as {variant} of {tree}', flush=True)
+	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), 'initramfs',
+			       f'BZIMAGE_OBJ={obj}', f'VARIANTS={variant}'], check=False) if build else None
+	if make and make.returncode != 0:
+		raise Problem(f'--bzimage: building raceblk and the archives against {obj} failed (above)')
+	return {**os.environ, 'RACEBLK_BUILD': str(build_dir(obj, variant)), 'KERNEL': tree,
+		'VARIANTS': variant, 'RACEBLK_SOURCE': f'{image} ({release})', 'RACEBLK_NO_FOREIGN': '1'}
