@@ -24,6 +24,11 @@ TOP := $(CURDIR)
 DEFAULT_TREE := $(shell sed '/^\#/d' kernel-patches/default-tree)
 KERNEL ?= $(DEFAULT_TREE)
 TREES := $(patsubst kernel-patches/%/series.vanilla,%,$(wildcard kernel-patches/*/series.vanilla))
+ifneq ($(KERNEL_SRC),)
+ifneq ($(BZIMAGE_OBJ),)
+$(error KERNEL_SRC and BZIMAGE_OBJ: a tree to build, or a kernel built already, not both)
+endif
+endif
 # KERNEL_SRC=DIR: the user's own kernel git tree instead (6.1 or later).
 # vanilla is its HEAD; every other variant is HEAD with the series of the
 # nearest known tree at or below its version, applied with git am -3 in a
@@ -56,16 +61,16 @@ export RACEBLK_SOURCE := $(KERNEL_SRC) ($(SRC_VERSION), $(shell git -C $(KERNEL_
 # is DIR, and the cases expect what they expect on the nearest known tree.
 else ifneq ($(BZIMAGE_OBJ),)
 override BZIMAGE_OBJ := $(abspath $(BZIMAGE_OBJ))
+ifneq ($(filter-out initramfs build-dir,$(MAKECMDGOALS)),)
+$(error BZIMAGE_OBJ: make initramfs or build-dir only (harness/run --bzimage runs the rest))
+endif
 BZIMAGE_RELEASE := $(shell cat $(BZIMAGE_OBJ)/include/config/kernel.release 2> /dev/null)
 override KERNEL := $(shell harness/plan.py nearest-tree $(shell echo '$(BZIMAGE_RELEASE)' | cut -d. -f1,2))
 ifeq ($(KERNEL),)
 $(error BZIMAGE_OBJ=$(BZIMAGE_OBJ): release '$(BZIMAGE_RELEASE)' is no kernel of 6.1 or later)
 endif
-ifneq ($(words $(VARIANTS)),1)
-$(error BZIMAGE_OBJ: one variant in VARIANTS, what the kernel is judged as)
-endif
-BUILD := $(TOP)/build/bzimage-$(BZIMAGE_RELEASE)-$(shell echo '$(BZIMAGE_OBJ)' | sha256sum | cut -c1-8)
-$(shell mkdir -p $(BUILD)/kernel/$(VARIANTS) && ln -sfn $(BZIMAGE_OBJ) $(BUILD)/kernel/$(VARIANTS)/obj)
+# One directory per object tree, whatever its release says this time.
+BUILD := $(TOP)/build/bzimage-$(shell echo '$(BZIMAGE_OBJ)' | sha256sum | cut -c1-8)
 export RACEBLK_SOURCE := $(BZIMAGE_OBJ) ($(BZIMAGE_RELEASE), judged as $(VARIANTS)) with kernel-patches/$(KERNEL)/
 else
 ifeq ($(filter $(KERNEL),$(TREES)),)
@@ -93,6 +98,15 @@ VARIANT_WORDS := $(shell sed 's/#.*//' kernel-patches/variants)
 DEFAULT_VARIANTS := $(filter-out +%,$(VARIANT_WORDS))
 ROW_ONLY_VARIANTS := $(patsubst +%,%,$(filter +%,$(VARIANT_WORDS)))
 VARIANTS ?= $(DEFAULT_VARIANTS) $(ROW_ONLY_VARIANTS)
+# BZIMAGE_OBJ: the variant's kernel is the user's (its sources, for the
+# symbolised traces: OBJ/source of an O= build, else OBJ).
+ifneq ($(BZIMAGE_OBJ),)
+ifneq ($(words $(VARIANTS)) $(filter $(VARIANTS),$(DEFAULT_VARIANTS)),1 $(VARIANTS))
+$(error BZIMAGE_OBJ: VARIANTS is what the kernel is judged as: one of $(DEFAULT_VARIANTS))
+endif
+$(shell mkdir -p $(BUILD)/kernel/$(VARIANTS) && ln -sfn $(BZIMAGE_OBJ) $(BUILD)/kernel/$(VARIANTS)/obj && \
+	ln -sfn $(if $(wildcard $(BZIMAGE_OBJ)/source),$(BZIMAGE_OBJ)/source,$(BZIMAGE_OBJ)) $(BUILD)/kernel/$(VARIANTS)/src)
+endif
 # Good images come from a parted spec, hostile ones from a good one plus a
 # byte patch.
 IMAGES := $(patsubst images/%.parted,%,$(wildcard images/*.parted)) \

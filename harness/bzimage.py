@@ -4,10 +4,12 @@ built, judged as one variant (--as, default vanilla) of the nearest known
 tree.
 
 Before any guest boots, its configuration (embedded with CONFIG_IKCONFIG,
-else the .config beside the image or in its object tree) must have what
-the guest needs: kernel-patches/config/base.config and the tree's, but
-for the choices made there for build and boot speed alone
-(kernel-patches/config/bzimage-optional).  A missing option is named.
+which must then be its object tree's too, else the object tree's
+.config) must have what the guest needs: kernel-patches/config/base.config
+and the tree's, but for the choices made there for build and boot speed
+alone (kernel-patches/config/bzimage-optional), and what tinyconfig
+gives our kernels by default (kernel-patches/config/bzimage-needs).  A
+missing option is named.
 Then make builds raceblk, its helper modules and the archives against
 the image's object tree (BZIMAGE_OBJ, under build/bzimage-RELEASE-HASH/),
 and harness/run starts again on that build.  The modules built for
@@ -26,6 +28,9 @@ import plan
 
 TOP = plan.TOP
 CONFIG = TOP / 'kernel-patches/config'
+# The modules of the tree the cases load, which its configuration has as
+# modules (bzimage-needs, base.config).
+IN_TREE_MODULES = ('drivers/scsi/scsi_debug.ko', 'drivers/ata/ata_piix.ko', 'drivers/block/null_blk/null_blk.ko')
 OPTION_RE = re.compile(r'^(?:# )?(CONFIG_[A-Z0-9_]+)(?:=| is not set)')
 
 
@@ -48,25 +53,35 @@ def object_tree(image: pathlib.Path) -> pathlib.Path:
 		      'so give OBJ/arch/x86/boot/bzImage of a tree built with make bzImage modules')
 
 
+def options(config: str) -> Dict[str, str]:
+	"""A configuration's lines, by option."""
+	return {m.group(1): line.strip() for line in config.splitlines() if (m := OPTION_RE.match(line))}
+
+
 def kernel_config(image: pathlib.Path, obj: pathlib.Path) -> Tuple[str, str]:
-	"""IMAGE's configuration, and where it was read."""
+	"""IMAGE's configuration, and where it was read: embedded, which must
+	be what OBJ builds modules with, or OBJ's .config."""
+	built = (obj / '.config').read_text()
 	for script in (obj / 'source/scripts/extract-ikconfig', obj / 'scripts/extract-ikconfig'):
 		if script.is_file():
 			done = subprocess.run([str(script), str(image)], capture_output=True, text=True, check=False)
 			if done.returncode == 0 and 'CONFIG_' in done.stdout:
+				if options(done.stdout) != options(built):
+					raise Problem(f'--bzimage {image}: its embedded configuration is not {obj}/.config, '
+						      'which modules are built with: build the kernel again')
 				return done.stdout, f'{image} (CONFIG_IKCONFIG)'
 			break
-	beside = image.parent / '.config'
-	chosen = beside if beside.is_file() else obj / '.config'
-	return chosen.read_text(), str(chosen)
+	return built, str(obj / '.config')
 
 
 def wanted_lines(tree: str) -> Dict[str, str]:
 	"""What the guest needs of a kernel of TREE, by option: the base
-	fragments' lines, the later fragment's first, but the optional ones."""
+	fragments' lines (a later fragment's first) but the optional ones,
+	and bzimage-needs'."""
 	optional = set(re.findall(r'^(CONFIG_[A-Z0-9_]+)', (CONFIG / 'bzimage-optional').read_text(), re.M))
 	wanted: Dict[str, str] = {}
-	for fragment in (CONFIG / 'base.config', TOP / 'kernel-patches' / tree / 'config/base.config'):
+	for fragment in (CONFIG / 'base.config', TOP / 'kernel-patches' / tree / 'config/base.config',
+			 CONFIG / 'bzimage-needs'):
 		if fragment.is_file():
 			for line in fragment.read_text().splitlines():
 				match = OPTION_RE.match(line)
@@ -78,7 +93,7 @@ def wanted_lines(tree: str) -> Dict[str, str]:
 def missing(config: str, wanted: Dict[str, str]) -> List[str]:
 	"""The wanted lines CONFIG does not have, with what it has instead.  An
 	option it does not know is not set (as kernel-patches/config/check)."""
-	have = {m.group(1): line.strip() for line in config.splitlines() if (m := OPTION_RE.match(line))}
+	have = options(config)
 	gaps = []
 	for name, line in sorted(wanted.items()):
 		if have.get(name) == line or (line.startswith('# ') and name not in have):
@@ -87,11 +102,17 @@ def missing(config: str, wanted: Dict[str, str]) -> List[str]:
 	return gaps
 
 
+# A make of ours starts afresh: not a part of the make that may have
+# started harness/run (its flags, its KERNEL_SRC).
+MAKE_ENV = {k: v for k, v in os.environ.items()
+	    if k not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL', 'KERNEL_SRC', 'KERNEL', 'RACEBLK_BUILD')}
+
+
 def build_dir(obj: pathlib.Path, variant: str) -> pathlib.Path:
 	"""The Makefile's build directory for OBJ (it computes it)."""
 	done = subprocess.run(['make', '--no-print-directory', '-s', '-C', str(TOP), 'build-dir',
 			       f'BZIMAGE_OBJ={obj}', f'VARIANTS={variant}'],
-			      capture_output=True, text=True, check=False)
+			      capture_output=True, text=True, check=False, env=MAKE_ENV)
 	if done.returncode != 0:
 		raise Problem(f'--bzimage: {done.stderr.strip()}')
 	return pathlib.Path(done.stdout.strip())
@@ -113,10 +134,13 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Dict[str, 
 	if gaps:
 		raise Problem(f'--bzimage {image}: {where} lacks what the guest needs (kernel-patches/config/'
 			      'base.config says why): ' + '; '.join(gaps))
+	absent = [name for name in IN_TREE_MODULES if not (obj / name).is_file()]
+	if absent:
+		raise Problem(f'--bzimage {image}: {obj} has no {absent[0]}: the cases load it (make modules)')
 	print(f'harness: --bzimage {image}: {release}, configuration from {where}: has what the guest needs; '
 	      f'judged as {variant} of {tree}', flush=True)
 	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), 'initramfs',
-			       f'BZIMAGE_OBJ={obj}', f'VARIANTS={variant}'], check=False) if build else None
+			       f'BZIMAGE_OBJ={obj}', f'VARIANTS={variant}'], check=False, env=MAKE_ENV) if build else None
 	if make and make.returncode != 0:
 		raise Problem(f'--bzimage: building raceblk and the archives against {obj} failed (above)')
 	return {**os.environ, 'RACEBLK_BUILD': str(build_dir(obj, variant)), 'KERNEL': tree,

@@ -95,7 +95,8 @@ def shard(text: str) -> Tuple[int, int]:
 
 
 def parse_args(argv: List[str]) -> argparse.Namespace:
-	parser = argparse.ArgumentParser(prog='harness/run', usage=USAGE,
+	# No abbreviations: --bzimage's restart strips the options by name.
+	parser = argparse.ArgumentParser(prog='harness/run', usage=USAGE, allow_abbrev=False,
 					 description='Boot one QEMU guest per scenario of harness/cases.')
 	parser.add_argument('-j', dest='jobs', type=bounded(1, 64), default=os.cpu_count() or 1,
 			    help='guests at once (default: the number of CPUs)')
@@ -162,6 +163,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	opts.cases = opts.cases or str(ownmod.TABLE if opts.module else TABLE)
 	if opts.as_variant != 'vanilla' and not opts.bzimage:
 		parser.error('--as goes with --bzimage')
+	if opts.bzimage and os.environ.get('RACEBLK_NO_FOREIGN'):
+		parser.error('--bzimage: this run was started by --bzimage already')
 	if opts.bzimage and opts.as_variant not in plan.default_variants():
 		parser.error(f'--as {opts.as_variant}: one of {", ".join(plan.default_variants())}')
 	# --shell and --gdb: one guest, for a person.
@@ -613,6 +616,17 @@ class Runner:
 				print(f'      known report, not the series\' (docs/reliability.md): {title}', flush=True)
 
 
+NOT_RUN_REASON = 'it loads modules built for another kernel, which --bzimage does not build'
+
+
+def not_run_record(scenario: Scenario) -> Dict:
+	"""The record of a scenario --bzimage cannot run: a SKIP with why."""
+	run = {'run': 1, 'verdict': 'SKIP', 'reason': NOT_RUN_REASON, 'proof': '', 'directive': '', 'xfail': '',
+	       'seconds': 0.0, 'logs': '', 'results': [], 'crash': [], 'crash_summary': '', 'ktap': '',
+	       'console': ''}
+	return aggregate(scenario, [run], 1)
+
+
 def aggregate(scenario: Scenario, runs: List[Dict], repeat: int) -> Dict:
 	"""One record for every run of a scenario: with --repeat, it passes
 	only if every run passed; runs that disagree are FLAKY."""
@@ -847,6 +861,7 @@ def main(argv: List[str]) -> int:
 				records = run_all(runner, opts, signals)
 	finally:
 		signals.restore()
+	records += [not_run_record(s) for s in opts.not_run]
 	signum = signals.first
 	if not signum:
 		for record in records:
@@ -857,7 +872,7 @@ def main(argv: List[str]) -> int:
 	       'boots': boots, 'jobs': opts.jobs,
 	       'timeout_s': opts.timeout, 'repeat': opts.repeat, 'filter': opts.filter,
 	       'interrupted': signal.Signals(signum).name if signum else None,
-	       'planned': len(scenarios), 'scenarios': records}
+	       'planned': len(scenarios) + len(opts.not_run), 'scenarios': records}
 	write_reports(run)
 	reports.write_file(RESULTS / 'matrix.json', (reports.json.dumps(
 		reports.matrix(names, 4, opts.variants, opts.filter.split(), plan.current_tree())) + '\n').encode())
@@ -874,14 +889,14 @@ def main(argv: List[str]) -> int:
 		else:
 			print(f'harness: {opts.image} CHANGED during the run', file=sys.stderr)
 			failed += 1
-	skipped = count['skipped'] + len(opts.not_run)
+	skipped = count['skipped']
 	if opts.not_run:
-		print(f'harness: {len(opts.not_run)} scenarios skipped: they load modules built for another '
-		      f'kernel, which --bzimage does not build ({", ".join(s.name for s in opts.not_run[:4])}'
-		      + (', ...)' if len(opts.not_run) > 4 else ')'))
+		print(f'harness: {len(opts.not_run)} scenarios skipped, as each says: {NOT_RUN_REASON} '
+		      f'({", ".join(s.name for s in opts.not_run[:4])}' + (', ...)' if len(opts.not_run) > 4 else ')'))
 	if signum:
-		skipped += len(scenarios) - len(records)
-		print(f'harness: interrupted by {signal.Signals(signum).name}: {len(records)} of '
+		finished = len(records) - len(opts.not_run)
+		skipped += len(scenarios) - finished
+		print(f'harness: interrupted by {signal.Signals(signum).name}: {finished} of '
 		      f'{len(scenarios)} scenarios finished; the rest count as skipped')
 	del lock
 	xfail = sum(1 for r in records if r['verdict'] == 'PASS' and r['xfail'])

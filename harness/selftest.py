@@ -889,6 +889,17 @@ class BzImage(unittest.TestCase):
 		self.assertEqual(bzimage.missing('CONFIG_X=m\n', {'CONFIG_X': 'CONFIG_X=y'}),
 				 ["CONFIG_X=y (it has 'CONFIG_X=m')"])
 
+	def test_scenarios_it_cannot_run_are_skip_records(self):
+		fake = FakeBuild()
+		self.addCleanup(fake.close)
+		done = fake.run('pass', '--filter', '*/vermagic_release/* */bad_hold/*', env={'RACEBLK_NO_FOREIGN': '1'})
+		self.assertEqual(done.stdout.strip().splitlines()[-1], '1 passed, 0 failed, 1 skipped', done.stdout)
+		skipped = [r for r in fake.results()['scenarios'] if r['verdict'] == 'SKIP']
+		self.assertEqual([r['name'] for r in skipped], ['vanilla/vermagic_release/mbr-primary'])
+		self.assertIn('modules built for another kernel', skipped[0]['reason'])
+		self.assertIn('<skipped message="it loads modules built for another kernel',
+			      (fake.build / 'results/junit.xml').read_text())
+
 	def test_an_image_outside_its_object_tree(self):
 		obj = self.object_tree('')
 		(obj / 'vmlinux').write_text('fake')
