@@ -27,10 +27,7 @@ import shutil
 import subprocess
 from typing import Dict, List, Optional
 
-import plan
-
 HARNESS = pathlib.Path(__file__).resolve().parent
-TABLE = plan.MODULE_TABLE
 GUEST_DIR = '/lib/modules/own'
 CONF = 'lib/raceblk/own.conf'
 # A disk's name in /dev, and one module parameter as the guest's shell

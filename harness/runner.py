@@ -160,7 +160,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 			parser.error(str(problem))
 	elif opts.module_disk or opts.module_fail or opts.module_params:
 		parser.error('--module-disk, --module-fail and --module-params go with --module')
-	opts.cases = opts.cases or str(ownmod.TABLE if opts.module else TABLE)
+	opts.cases = opts.cases or str(plan.MODULE_TABLE if opts.module else TABLE)
 	if opts.as_variant != 'vanilla' and not opts.bzimage:
 		parser.error('--as goes with --bzimage')
 	if opts.bzimage and os.environ.get('RACEBLK_NO_FOREIGN'):
@@ -195,9 +195,10 @@ def compile_plan(opts: argparse.Namespace) -> List[Scenario]:
 	index, count = opts.shard
 	chosen = chosen[index - 1::count]
 	# --bzimage builds no module for another kernel.
-	opts.not_run = [s for s in chosen if os.environ.get('RACEBLK_NO_FOREIGN')
-			and {plan.step_name(w) for w in s.steps} & set(plan.FOREIGN_ACTIONS)]
-	chosen = [s for s in chosen if s not in opts.not_run]
+	opts.not_run = []
+	if os.environ.get('RACEBLK_NO_FOREIGN'):
+		opts.not_run = [s for s in chosen if {plan.step_name(w) for w in s.steps} & set(plan.FOREIGN_ACTIONS)]
+		chosen = [s for s in chosen if s not in opts.not_run]
 	if opts.own_module and any(s.image != plan.DEFAULT_IMAGE for s in chosen):
 		# The guest unpacks one archive after a restore: the module's.
 		raise Refusal(f'--module runs cases on the default image only, and {opts.cases} has others')

@@ -98,8 +98,7 @@ catch_load() {
 # fail) is tried again.  A loader that died, a holder that died or hung, a
 # module a failed load left behind with nothing held (rusty keeps it for
 # good), or a disk that came and whose opens its module refused during
-# init (isolate) ends the tries.  LOAD and HELD
-# are the last load's.
+# init (isolate) ends the tries.  LOAD and HELD are the last load's.
 load_held() {
 	local tries=$1 ko=$2 name=$3 disk=$4 n=0
 
@@ -128,11 +127,11 @@ load_held() {
 	echo "load $n of at most $tries"
 }
 
-# close_held KEY: the holder load_held (or own_open) left holding a disk
-# closes it: OK, an errno or its fate, or "unheld" when it holds nothing;
-# reported as KEY.
+# close_held KEY: the holder load_held or own_open left holding a disk
+# (HELD "await OK" or "open OK") closes it: OK, an errno or its fate, or
+# "unheld" when it holds nothing; reported as KEY.
 close_held() {
-	if [ "$HELD" = "await OK" ]; then
+	if [ "$HELD" = "await OK" ] || [ "$HELD" = "open OK" ]; then
 		holder_obs "$1" close "$(holder_ask close)"
 		HELD=
 	else
@@ -231,7 +230,6 @@ act_own_open() {
 	holder_start
 	HELD=$(holder_ask open "/dev/$OWN_DISK")
 	holder_obs own_open open "$HELD"
-	[ "$HELD" != "open OK" ] || HELD="await OK"
 }
 
 # own_unload: delete_module() of the user's module (rmmod): OK, or an

@@ -120,8 +120,8 @@ module_facts() {
 }
 
 # stuck[:MODULE]: module_facts of MODULE (default raceblk), whose init
-# failed after it was made live (rusty): the host expects it kept for good, logged as unsafe and stuck,
-# Live with the "!" flag.
+# failed after it was made live (rusty): the host expects it kept for
+# good, logged as unsafe and stuck, Live with the "!" flag.
 act_stuck() {
 	module_facts "${1:-raceblk}" unsafe "cannot be unloaded due to unsafe usage" "module is now stuck"
 }
