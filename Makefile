@@ -86,7 +86,7 @@ APT_SOURCE := $(wildcard $(TREE)/apt-source)
 # (make KERNEL_TARBALL=FILE takes another; not the environment's, which a
 # make for another tree exports.)
 ifneq ($(origin KERNEL_TARBALL),command line)
-KERNEL_TARBALL := $(if $(APT_SOURCE),build/$(KERNEL)/deb/usr/src,/usr/src)/linux-source-$(KERNEL).tar.xz
+KERNEL_TARBALL := $(shell kernel-patches/fetch-source --tarball $(KERNEL))
 endif
 export KERNEL_TARBALL
 # The harness scripts find the tree's builds and results through these.
@@ -203,7 +203,7 @@ deps-check:
 # has it), older than any checkout: fetched when missing, not when newer.
 ifneq ($(APT_SOURCE),)
 $(KERNEL_TARBALL): | $(APT_SOURCE)
-	@kernel-patches/fetch-source $(KERNEL) build/$(KERNEL)/deb
+	@kernel-patches/fetch-source $(KERNEL)
 endif
 
 # Where the tree's builds go (harness/run --bzimage asks).
@@ -212,8 +212,7 @@ build-dir:
 
 # The Debian version of the tree's source (CI keys its caches on it).
 source-version:
-	@$(if $(APT_SOURCE),dpkg-deb -f build/apt/$(KERNEL)/debs/linux-source-$(KERNEL)_*.deb Version, \
-		dpkg-query -W -f '$${Version}\n' linux-source-$(KERNEL))
+	@kernel-patches/fetch-source --version $(KERNEL)
 
 kernel kernels: $(KERNELS)
 driver: $(MODULES)

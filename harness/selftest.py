@@ -1268,11 +1268,17 @@ class Units(unittest.TestCase):
 			(bin_ / 'apt-get').write_text(f'#!/bin/sh\necho "$*" >> {tmp}/calls\n'
 						       f'case " $* " in *" download "*) cp {deb} . ;; esac\n')
 			(bin_ / 'apt-get').chmod(0o755)
-			done = subprocess.run([str(top / 'kernel-patches/fetch-source'), '9.9', str(top / 'build/9.9/deb')],
+			done = subprocess.run([str(top / 'kernel-patches/fetch-source'), '9.9'],
 					      env={**os.environ, 'PATH': f'{bin_}:{os.environ["PATH"]}'},
 					      capture_output=True, text=True, check=False)
 			self.assertEqual(done.returncode, 0, done.stderr)
 			self.assertEqual((top / 'build/9.9/deb/usr/src/linux-source-9.9.tar.xz').read_bytes(), b'tarball')
+			# What make and series-check ask: the fetched tarball, its version.
+			ask = {q: subprocess.run([str(top / 'kernel-patches/fetch-source'), f'--{q}', '9.9'],
+						 capture_output=True, text=True, check=True).stdout
+			       for q in ('tarball', 'version')}
+			self.assertEqual((top / ask['tarball'].strip()).read_bytes(), b'tarball')
+			self.assertEqual(ask['version'], '9.9.1-1\n')
 			calls = (pathlib.Path(tmp) / 'calls').read_text().splitlines()
 			self.assertEqual([c.split()[-1] for c in calls if 'update' in c.split()], ['update'])
 			self.assertEqual(len(calls), 2, calls)
