@@ -657,10 +657,11 @@ class Input(unittest.TestCase):
 		self.assertEqual((chosen['vanilla'].console, chosen['fixed'].console), ('-', 'BUG: x'))
 
 	def test_readme_example_is_a_case_of_the_repository(self):
-		readme = (TOP / 'README.md').read_text()
-		example = re.findall(r'^```\n(case [a-z_]+\n(?:.+\n)+?)```', readme, re.M)
-		self.assertTrue(example, 'no case block in README.md')
-		self.assertIn(example[0], TABLE.read_text())
+		for doc in ('README.md', 'docs/cases.md'):
+			with self.subTest(doc=doc):
+				example = re.findall(r'^```\n(case [a-z_]+\n(?:.+\n)+?)```', (TOP / doc).read_text(), re.M)
+				self.assertTrue(example, f'no case block in {doc}')
+				self.assertIn(example[0], TABLE.read_text())
 
 	def test_workflow_actions_are_pinned_by_commit(self):
 		# A tag can be moved to other code; a commit cannot.
