@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import bzimage
 import guestvm
@@ -582,20 +582,13 @@ class Runner:
 			(workdir / 'traceback').write_text(traceback.format_exc())
 			outcome = (f'fault: harness error judging the observations: '
 				   f'{traceback.format_exc().strip().splitlines()[-1]} (traceback in {workdir.name}/traceback)')
-		reports = verdict.console_reports(texts['console.log'])
 		if guestvm.stopping():
 			judged = verdict.Verdict('SKIP', 'interrupted')
 		else:
 			judged = verdict.judge(scenario, ktap, texts['console.log'], outcome,
 					       self.timeout_of(scenario.variant))
-		run = {'run': k, 'verdict': judged.verdict, 'reason': judged.reason, 'proof': judged.proof,
-		       'directive': judged.directive, 'xfail': judged.xfail, 'seconds': round(seconds, 3),
-		       'crash_summary': verdict.crash_summary(texts['console.log']),
-		       'logs': str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
-		       'results': [step.__dict__ for step in ktap.steps],
-		       'crash': reports.crash_lines,
-		       'known_reports': reports.known,
-		       'ktap': texts['ktap'], 'console': texts['console.log']}
+		run = run_record(k, judged, seconds, str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
+				 [step.__dict__ for step in ktap.steps], texts['ktap'], texts['console.log'])
 		self.print_run(scenario, run)
 		return run
 
@@ -617,15 +610,23 @@ class Runner:
 				print(f'      known report, not the series\' (docs/reliability.md): {title}', flush=True)
 
 
+def run_record(k: int, judged: verdict.Verdict, seconds: float = 0.0, logs: str = '',
+	       results: Sequence[Dict] = (), ktap: str = '', console: str = '') -> Dict:
+	"""Run K's record: its verdict, and what the guest left (nothing for a
+	run that never booted)."""
+	reports = verdict.console_reports(console)
+	return {'run': k, 'verdict': judged.verdict, 'reason': judged.reason, 'proof': judged.proof,
+		'directive': judged.directive, 'xfail': judged.xfail, 'seconds': round(seconds, 3),
+		'crash_summary': verdict.crash_summary(console), 'logs': logs, 'results': list(results),
+		'crash': reports.crash_lines, 'known_reports': reports.known, 'ktap': ktap, 'console': console}
+
+
 NOT_RUN_REASON = 'it loads modules built for another kernel, which --bzimage does not build'
 
 
 def not_run_record(scenario: Scenario) -> Dict:
 	"""The record of a scenario --bzimage cannot run: a SKIP with why."""
-	run = {'run': 1, 'verdict': 'SKIP', 'reason': NOT_RUN_REASON, 'proof': '', 'directive': '', 'xfail': '',
-	       'seconds': 0.0, 'logs': '', 'results': [], 'crash': [], 'crash_summary': '', 'ktap': '',
-	       'console': ''}
-	return aggregate(scenario, [run], 1)
+	return aggregate(scenario, [run_record(1, verdict.Verdict('SKIP', NOT_RUN_REASON))], 1)
 
 
 def aggregate(scenario: Scenario, runs: List[Dict], repeat: int) -> Dict:
