@@ -108,7 +108,11 @@ class Machine:
 		# la57=off: with 5-level paging, 6.1's generic KASAN sometimes
 		# reports a "wild-memory-access" in __common_interrupt() at boot
 		# (2 of 30 debug boots; 0 of 30 with 4-level paging).
+		board = self.board()
 		accel = 'tcg,thread=multi' if self.accel == 'tcg' else self.accel
+		# -icount counts TCG's instructions, one vCPU after the other.
+		if '-icount' in board:
+			accel = 'tcg'
 		# On the terminal, mux=on gives QEMU's escape (Ctrl-a x) and
 		# signal=off leaves Ctrl-C to the guest's shell.
 		console_dev = (f'stdio,id=console,mux=on,signal=off,logfile={qemu_value(console)}' if self.interactive
@@ -116,7 +120,7 @@ class Machine:
 		gdb = ['-gdb', f'tcp:127.0.0.1:{self.gdb_port}'] if self.gdb_port else []
 		cmdline = CMDLINE + (' nokaslr' if self.gdb_port else '')
 		return ['-accel', accel, '-cpu', 'max,la57=off', '-m', str(self.memory), '-smp', str(self.vcpus),
-			*self.board(), '-no-reboot', '-display', 'none', '-nodefaults',
+			*board, '-no-reboot', '-display', 'none', '-nodefaults',
 			'-chardev', console_dev, '-serial', 'chardev:console',
 			'-chardev', f'socket,id=ktap,path={qemu_value(ktap_sock)}',
 			'-device', 'isa-serial,chardev=ktap,index=1', *gdb,

@@ -34,6 +34,8 @@ TOP = HARNESS.parent
 TABLE = HARNESS / 'cases'
 # harness/run --module's cases: a driver of the user's own (harness/ownmod.py).
 MODULE_TABLE = HARNESS / 'module-cases'
+# make bench's hot path (harness/bench hotpath).
+BENCH_TABLE = HARNESS / 'bench-cases'
 # The actions that load modules built for another kernel
 # (harness/guest/compat.sh, /lib/modules/foreign/).
 FOREIGN_ACTIONS = ('vermagic', 'load_foreign', 'force_load')
@@ -678,6 +680,7 @@ def main(argv: List[str]) -> int:
 		errors = check(pathlib.Path(argv[1]), known, coverage=True)
 	else:
 		errors = check(TABLE, known, coverage=True) + check(MODULE_TABLE, known, coverage=True, fuzz=False)
+		errors += check(BENCH_TABLE, known, coverage=True, fuzz=False)
 	errors += variant_errors(argv[2:], known) + tree_errors()
 	for error in errors:
 		print(error, file=sys.stderr)

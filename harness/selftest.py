@@ -34,6 +34,7 @@ HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
 sys.path.insert(0, str(HARNESS))
 import bzimage  # noqa: E402
+import guestvm  # noqa: E402
 import golden  # noqa: E402
 import plan  # noqa: E402
 import reports  # noqa: E402
@@ -725,6 +726,22 @@ class Input(unittest.TestCase):
 			table.write_text(text)
 			chosen = plan.scenarios(table, ['fixed-gdb', 'vanilla-debug-gdb'], tree='6.1')
 			self.assertEqual([(s.variant, s.steps) for s in chosen], [('fixed-gdb', ('load=OK', 'unload=EBUSY'))])
+
+	def test_bench_cases_are_valid_and_judge_the_pairs(self):
+		self.assertEqual(plan.check(plan.BENCH_TABLE, plan.known_names(), coverage=True, fuzz=False), [])
+		chosen = plan.scenarios(plan.BENCH_TABLE, ['vanilla', 'fixed'], tree='6.1')
+		self.assertEqual({s.machine for s in chosen if s.id == 'getput_icount'}, {'microvm-icount'})
+		self.assertEqual(verdict.mismatch_of('getput', None, {'getput': 'ENOENT'},
+						     verdict.FIXED_DEFAULTS['getput']), 'getput=ENOENT, expected OK')
+
+	def test_an_icount_machine_runs_without_multithreaded_tcg(self):
+		machine = guestvm.Machine('tcg', 'vanilla', pathlib.Path('bzImage'), 'microvm-icount')
+		args = machine.args(pathlib.Path('initrd'), pathlib.Path('console'), 'sock')
+		self.assertEqual(args[args.index('-accel') + 1], 'tcg')
+		self.assertEqual(args[args.index('-icount') + 1], 'shift=0')
+		plain = guestvm.Machine('tcg', 'vanilla', pathlib.Path('bzImage'))
+		args = plain.args(pathlib.Path('initrd'), pathlib.Path('console'), 'sock')
+		self.assertEqual(args[args.index('-accel') + 1], 'tcg,thread=multi')
 
 	def test_soak_rows_are_valid(self):
 		soak = load_soak()

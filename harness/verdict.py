@@ -210,6 +210,7 @@ FIXED_DEFAULTS: Dict[str, Dict[str, str]] = {
 	'vermagic': {'differs': 'yes'},
 	'read_done': {'read_done': 'OK'},
 	'tainted': {'tainted': 'yes', 'kernel_tainted': 'yes'},
+	'getput': {'getput': 'OK'},
 }
 # What an rmmod may give while loads race it: OK, ENOENT (none loaded),
 # EBUSY (one coming), EAGAIN (kept while held).

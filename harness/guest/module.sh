@@ -227,6 +227,34 @@ act_initref() {
 	[ "$MODCTL_ANSWER" != OK ] || [ "$(modctl unload initref)" = OK ] || { echo "cannot unload it again"; return 1; }
 }
 
+# getput_obs UNIT SED: UNIT_per_pair and UNIT_max, the least and the most
+# of the figures SED takes out of /tmp/getput.log's lines.
+getput_obs() {
+	obs "$1_per_pair" "$(sed "$2" /tmp/getput.log | sort -n | head -n 1)"
+	obs "$1_max" "$(sed "$2" /tmp/getput.log | sort -n | tail -n 1)"
+}
+
+# getput:PAIRS:THREADS: what a try_module_get()/module_put() pair costs on
+# a live module (driver/getput.c): getput.ko with threads=THREADS loads
+# (getput: OK or an errno), runs PAIRS pairs in each thread five times and
+# unloads.  ns_per_pair and cycles_per_pair are the least of the five, net
+# of an empty loop (under -icount shift=0 a cycle is an instruction);
+# ns_max and cycles_max the most.
+act_getput() {
+	local pairs=${1%%:*} threads=${1#*:} round
+
+	modctl_obs getput load /lib/modules/getput.ko "threads=$threads"
+	[ "$MODCTL_ANSWER" = OK ] || return 0
+	for round in 1 2 3 4 5; do
+		echo "$pairs" > /sys/module/getput/parameters/run || { echo "round $round: the run failed"; return 1; }
+	done
+	dmesg | grep -F "getput: $threads thread(s) x $pairs pairs:" | tail -n 5 > /tmp/getput.log
+	cat /tmp/getput.log
+	getput_obs ns 's/.*: \([0-9.]*\) ns, .*/\1/'
+	getput_obs cycles 's/.* \([0-9.]*\) cycles per pair$/\1/'
+	[ "$(modctl unload getput)" = OK ] || { echo "cannot unload it again"; return 1; }
+}
+
 # --- other loads while raceblk's init runs -----------------------------------
 
 # bg_command TAG: what background load TAG runs (modctl's arguments).
