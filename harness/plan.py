@@ -551,8 +551,8 @@ def tree_errors(top: pathlib.Path = TOP) -> List[str]:
 	"""Every tree has the variants of kernel-patches/variants: each row
 	runs on every tree.  A tree may have a series of its own (6.12's scan
 	fixes a bug 6.1 does not have)."""
-	wanted = set(default_variants(top) + row_only_variants(top))
-	return [f'kernel-patches/{tree}/ has no series.{name} (kernel-patches/variants names it)'
+	wanted = set(default_variants(top) + row_only_variants(top) + designs(top))
+	return [f'kernel-patches/{tree}/ has no series.{name} (kernel-patches/variants or designs names it)'
 		for tree in trees(top)
 		for name in sorted({series_of(v) for v in wanted} - tree_series(tree, top))]
 
@@ -604,6 +604,28 @@ def default_variants(top: pathlib.Path = TOP) -> List[str]:
 	return [w for w in variant_words(top) if not w.startswith('+')]
 
 
+# The module change as it is posted; kernel-patches/designs lists the
+# others, each judged by this one's columns where a case has none of its
+# own.
+POSTED = 'fixed'
+
+
+def designs(top: pathlib.Path = TOP) -> List[str]:
+	"""The other designs of the module change: kernel-patches/designs."""
+	return [word for line in (top / 'kernel-patches/designs').read_text().splitlines()
+		for word in line.split('#')[0].split()]
+
+
+def judged_in_case(variant: str, named: Set[str], top: pathlib.Path = TOP) -> str:
+	"""The column of a case (whose columns name NAMED) that judges
+	VARIANT: judged_as(VARIANT), or for a design the case names nowhere,
+	the posted one's ('rcuput-debug' -> 'fixed-debug')."""
+	as_ = judged_as(variant)
+	if series_of(as_) in designs(top) and as_ not in named:
+		return '-'.join([POSTED] + fragments_of(as_))
+	return as_
+
+
 def row_only_variants(top: pathlib.Path = TOP) -> List[str]:
 	"""+NAME in kernel-patches/variants: make test runs the rows naming
 	NAME there, never the "all" rows."""
@@ -644,11 +666,14 @@ def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] 
 	rows, _ = parse(path)
 	row_only = row_only_variants(top)
 	tree = tree or current_tree()
+	named: Dict[str, Set[str]] = {}
+	for row in rows:
+		named.setdefault(row.id, set()).update(row_variants(row, tree))
 	plan = []
 	for row in rows:
 		names = row_variants(row, tree)
 		for variant in variants:
-			as_ = judged_as(variant)
+			as_ = judged_in_case(variant, named[row.id], top)
 			if ('all' in names and as_ not in row_only) or as_ in names:
 				plan += [resolve(row, variant, image) for image in row_images(row, own_image, top)]
 	return plan

@@ -11,6 +11,7 @@ usage: harness/selftest.py [-v] [TEST...]
 Last line: "N passed, N failed, N skipped".
 """
 
+import dataclasses
 import fcntl
 import gzip
 import importlib.machinery
@@ -726,6 +727,31 @@ class Input(unittest.TestCase):
 			table.write_text(text)
 			chosen = plan.scenarios(table, ['fixed-gdb', 'vanilla-debug-gdb'], tree='6.1')
 			self.assertEqual([(s.variant, s.steps) for s in chosen], [('fixed-gdb', ('load=OK', 'unload=EBUSY'))])
+
+	def test_a_design_is_judged_by_fixed_unless_it_has_a_column(self):
+		# rcuput (kernel-patches/designs): fixed's column in the first
+		# case, its own in the second; -debug goes along.
+		text = ('case one\nkernel vanilla fixed,isolate,rusty\nload=OK\nunload - .\n\n'
+			'case two\nkernel vanilla,isolate,rusty fixed rcuput\nload=OK\nunload . EBUSY EAGAIN\n')
+		self.assertIn('rcuput', plan.designs())
+		with tempfile.TemporaryDirectory() as tmp:
+			table = pathlib.Path(tmp) / 'cases'
+			table.write_text(text)
+			chosen = plan.scenarios(table, ['fixed', 'rcuput', 'rcuput-debug'], tree='6.1')
+			self.assertEqual([(s.id, s.variant, s.steps) for s in chosen],
+					 [('one', 'fixed', ('load=OK', 'unload')), ('one', 'rcuput', ('load=OK', 'unload')),
+					  ('two', 'fixed', ('load=OK', 'unload=EBUSY')),
+					  ('two', 'rcuput', ('load=OK', 'unload=EAGAIN'))])
+			self.assertEqual(plan.judged_in_case('rcuput-debug', {'fixed', 'fixed-debug'}), 'fixed-debug')
+
+	def test_a_design_shows_a_kept_module_its_own_way(self):
+		# fixed adds nothing userspace sees; rcuput marks it "!".
+		scenario = plan.Scenario(variant='rcuput', id='x', image='mbr-primary', params=(), console='-',
+					 steps=('kept',), line=1)
+		self.assertEqual(verdict.default_expected(scenario, 'kept', {}, None)['flags'], '!-')
+		fixed = dataclasses.replace(scenario, variant='fixed')
+		self.assertEqual(verdict.default_expected(fixed, 'kept', {}, None)['flags'], '-')
+		self.assertNotIn('kept', verdict.default_expected(fixed, 'mod_kept', {}, None))
 
 	def test_bench_cases_are_valid_and_judge_the_pairs(self):
 		self.assertEqual(plan.check(plan.BENCH_TABLE, plan.known_names(), coverage=True, fuzz=False), [])

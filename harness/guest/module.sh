@@ -99,8 +99,9 @@ act_refused() {
 
 # module_facts MODULE ATTR TEXT...: MODULE's state and flags in
 # /proc/modules (state; flags: the state marks, taint letters left out),
-# its initstate, /sys/module/MODULE/ATTR (as ATTR), and whether the log
-# has a line of MODULE's with each TEXT (logged: yes or no).
+# its initstate, /sys/module/MODULE/ATTR (as ATTR; none when ATTR is ""),
+# and whether the log has a line of MODULE's with each TEXT (logged: yes
+# or no).
 module_facts() {
 	local module=$1 attr=$2 line found logged=yes
 
@@ -115,7 +116,7 @@ module_facts() {
 	obs state "$(echo "$line" | awk '{ print $5 }' | grep . || echo absent)"
 	obs flags "$(echo "$line" | sed -n 's/.*(\([^)]*\))$/\1/p' | tr -d '[:upper:]')"
 	obs initstate "$(cat "/sys/module/$module/initstate" 2>&1)"
-	obs "$attr" "$(cat "/sys/module/$module/$attr" 2>&1)"
+	[ -z "$attr" ] || obs "$attr" "$(cat "/sys/module/$module/$attr" 2>&1)"
 	obs logged "$logged"
 }
 
@@ -128,9 +129,9 @@ act_stuck() {
 
 # mod_kept:MODULE: module_facts of MODULE, whose init failed while
 # something held it (fixed): the host expects it kept until the last holder
-# lets go, logged, Unloading with the "!" flag, kept 1.
+# lets go, logged, Unloading (rcuput marks it too: the "!" flag).
 act_mod_kept() {
-	module_facts "$1" kept "init failed with" "reference(s) held it: kept until the last one is dropped"
+	module_facts "$1" "" "init failed with" "reference(s) held it: kept until the last one is dropped"
 }
 
 # kept: mod_kept:raceblk.
