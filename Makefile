@@ -469,7 +469,7 @@ $(BUILD)/guest/%: harness/guest/%.c
 	@gcc -static -s -O2 -Wall -Wextra -Werror -o $@ $<
 
 $(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $$(call foreign_modules,$$*) $(GUEST_BINS) \
-		$(wildcard harness/guest/*) harness/mkinitramfs
+		$(wildcard harness/guest/*) kernel-patches/designs harness/mkinitramfs
 	@echo "  CPIO    $@"
 	@harness/mkinitramfs $@ $(<D) $(GUEST_BINS)
 

@@ -626,6 +626,14 @@ def judged_in_case(variant: str, named: Set[str], top: pathlib.Path = TOP) -> st
 	return as_
 
 
+def golden_series(variant: str, top: pathlib.Path = TOP) -> str:
+	"""The series whose golden tables VARIANT's kernel shows
+	(images/NAME.SERIES.expected): a design has the posted one's block
+	fixes, and so its tables (harness/guest/disk.sh says the same)."""
+	series = series_of(variant)
+	return POSTED if series in designs(top) else series
+
+
 def row_only_variants(top: pathlib.Path = TOP) -> List[str]:
 	"""+NAME in kernel-patches/variants: make test runs the rows naming
 	NAME there, never the "all" rows."""

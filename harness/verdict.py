@@ -272,7 +272,7 @@ def default_expected(scenario: Scenario, name: str, observed: Dict[str, str],
 		wanted = dict(KEPT_MARKED)
 	if image is None:
 		return wanted
-	series = plan.series_of(scenario.variant)
+	series = plan.golden_series(scenario.variant)
 	if name == 'partitions':
 		wanted['partitions'] = golden.table_text(image.partitions(series))
 		if 'proc_kib' in observed:
