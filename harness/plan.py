@@ -23,6 +23,7 @@ Standard library only, as the kernel's own kunit.py.
 """
 
 import dataclasses
+import functools
 import os
 import pathlib
 import re
@@ -551,7 +552,7 @@ def tree_errors(top: pathlib.Path = TOP) -> List[str]:
 	"""Every tree has the variants of kernel-patches/variants: each row
 	runs on every tree.  A tree may have a series of its own (6.12's scan
 	fixes a bug 6.1 does not have)."""
-	wanted = set(default_variants(top) + row_only_variants(top) + designs(top))
+	wanted = set(default_variants(top) + row_only_variants(top)) | set(designs(top))
 	return [f'kernel-patches/{tree}/ has no series.{name} (kernel-patches/variants or designs names it)'
 		for tree in trees(top)
 		for name in sorted({series_of(v) for v in wanted} - tree_series(tree, top))]
@@ -610,10 +611,12 @@ def default_variants(top: pathlib.Path = TOP) -> List[str]:
 POSTED = 'fixed'
 
 
-def designs(top: pathlib.Path = TOP) -> List[str]:
-	"""The other designs of the module change: kernel-patches/designs."""
-	return [word for line in (top / 'kernel-patches/designs').read_text().splitlines()
-		for word in line.split('#')[0].split()]
+@functools.lru_cache(maxsize=None)
+def designs(top: pathlib.Path = TOP) -> Tuple[str, ...]:
+	"""The other designs of the module change: kernel-patches/designs
+	(read once: scenarios() asks for every row and variant)."""
+	return tuple(word for line in (top / 'kernel-patches/designs').read_text().splitlines()
+		for word in line.split('#')[0].split())
 
 
 def judged_in_case(variant: str, named: Set[str], top: pathlib.Path = TOP) -> str:
@@ -630,8 +633,7 @@ def golden_series(variant: str, top: pathlib.Path = TOP) -> str:
 	"""The series whose golden tables VARIANT's kernel shows
 	(images/NAME.SERIES.expected): a design has the posted one's block
 	fixes, and so its tables (harness/guest/disk.sh says the same)."""
-	series = series_of(variant)
-	return POSTED if series in designs(top) else series
+	return series_of(judged_in_case(variant, set(), top))
 
 
 def row_only_variants(top: pathlib.Path = TOP) -> List[str]:
@@ -699,6 +701,9 @@ def main(argv: List[str]) -> int:
 	if argv == ['actions']:
 		sys.stdout.write(action_docs())
 		return 0
+	if argv == ['designs']:
+		print(' '.join(designs()))
+		return 0
 	if len(argv) == 2 and argv[0] == 'nearest-tree':
 		if not re.fullmatch(r'[0-9]+\.[0-9]+', argv[1]):
 			print(f'plan: nearest-tree wants MAJOR.MINOR, got {argv[1]!r}', file=sys.stderr)
@@ -706,7 +711,7 @@ def main(argv: List[str]) -> int:
 		print(nearest_tree(argv[1]) or '')
 		return 0
 	if len(argv) < 1 or argv[0] != 'check':
-		print('usage: harness/plan.py check [CASES [VARIANT...]] | actions', file=sys.stderr)
+		print('usage: harness/plan.py check [CASES [VARIANT...]] | actions | designs', file=sys.stderr)
 		return 2
 	known = known_names()
 	if len(argv) > 1:
