@@ -6,6 +6,7 @@
 #   make race-demo   the side-by-side table of what each kernel does
 #   make bench       build and boot timings
 #   make soak        a long sanitizer soak on fixed-debug (not in make test)
+#   make survey      in-tree module inits that can fail after publishing a device
 #
 # Everything generated lives under build/KERNEL/ (ignored by git); KERNEL=6.12
 # picks Debian's linux-source-6.12 instead of 6.1.
@@ -163,7 +164,7 @@ IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 
 .PHONY: all deps deps-check source-version build-dir check docs kernel kernels driver images initramfs test race-demo bench soak \
-	images-check series-check series-export series-tree clean distclean
+	images-check series-check series-export series-tree survey clean distclean
 all: initramfs
 
 # install_missing PACKAGES: install those not installed (as root), or name them.
@@ -513,6 +514,15 @@ series-export:
 	@$(MAKE) --no-print-directory deps KERNEL=$(EXPORT_TREE)
 	@KERNEL=$(EXPORT_TREE) KERNEL_TARBALL= kernel-patches/series-export
 
+# The module init functions of the tree (KERNEL, or the posting tree's)
+# that publish something others can open and can fail afterwards, found
+# with Coccinelle (kernel-patches/survey/), and their count.
+survey:
+	@$(MAKE) --no-print-directory deps KERNEL=$(EXPORT_TREE)
+	$(call install_missing,spatch:coccinelle)
+	@$(MAKE) --no-print-directory KERNEL=$(EXPORT_TREE) $(TOP)/build/$(EXPORT_TREE)/src/pristine/.extracted
+	@kernel-patches/survey/run build/$(EXPORT_TREE)/src/pristine
+
 # A git tree with the series as commits, to edit the patches.
 series-tree: deps
 	@kernel-patches/series-check --tree-only
@@ -530,7 +540,7 @@ SHELL_SCRIPTS := .ci/run harness/bench harness/mkinitramfs harness/progress \
 	harness/lint-workflow images/mkimage images/parted-table images/sums \
 	kernel-patches/apply-series kernel-patches/config/check kernel-patches/fetch-source \
 	kernel-patches/kernel-cache kernel-patches/series-check \
-	kernel-patches/series-export kernel-patches/series-lib
+	kernel-patches/series-export kernel-patches/series-lib kernel-patches/survey/run
 GUEST_SCRIPTS := harness/guest/init $(wildcard harness/guest/*.sh)
 PYTHON := harness/run harness/race-demo harness/soak $(wildcard harness/*.py)
 
