@@ -18,6 +18,17 @@
  *                        ENXIO when PATH was there but never opened,
  *                        ENOENT when it never was
  *                                      -> "await OK|ENXIO|ENOENT|ETIMEDOUT"
+ *   catch PATH MS STOP PIDFILE NTHFILE
+ *                        await PATH without sleeping between tries (a
+ *                        misc device is opened between its registration
+ *                        and what its init does next only so), and
+ *                        write to NTHFILE what the fail-nth of the
+ *                        process whose pid is in PIDFILE (the loader:
+ *                        modctl MODCTL_PIDFILE) reads when PATH is first
+ *                        there, and again once it is open: two lines
+ *                        (it creates NTHFILE empty when it starts
+ *                        looking: the loader may start then)
+ *                                      -> "catch OK|ENXIO|ENOENT|..."
  *   churn PATH MS [HOLD_MS [STOP]]
  *                        open PATH, read its start through the page cache
  *                        and again for 0 to HOLD_MS milliseconds (drawn;
@@ -118,14 +129,58 @@ static void sleep_ms(long long ms)
  * ENXIO if it was seen (a disk that came and could not be opened: its
  * module refused it, or its driver tore it down first) or ENOENT.
  */
-static int do_await(const char *path, long long ms, const char *stop)
+/*
+ * Append what /proc/PID/fail-nth reads, PID the one in @pidfile, to
+ * @nthfile: how many fault-injection sites that task has still to reach
+ * before one fails.
+ */
+static void record_fail_nth(const char *pidfile, const char *nthfile)
+{
+	char proc[64], count[32] = "?\n";
+	FILE *f = fopen(pidfile, "r");
+	int pid = 0;
+
+	if (f) {
+		if (fscanf(f, "%d", &pid) != 1)
+			pid = 0;
+		fclose(f);
+	}
+	snprintf(proc, sizeof(proc), "/proc/%d/fail-nth", pid);
+	f = pid ? fopen(proc, "r") : NULL;
+	if (f) {
+		if (!fgets(count, sizeof(count), f))
+			strcpy(count, "?\n");
+		fclose(f);
+	}
+	f = fopen(nthfile, "a");
+	if (f) {
+		fputs(count, f);
+		fclose(f);
+	}
+}
+
+/*
+ * await, and catch with @nthfile: no sleep between tries, and the loader's
+ * fail-nth recorded the first time @path is there.
+ */
+static int do_await(const char *path, long long ms, const char *stop,
+		    const char *pidfile, const char *nthfile)
 {
 	long long deadline = now_ms() + ms;
-	bool seen = false;
+	bool seen = false, spin = *nthfile, recorded = false;
 	int err;
 
+	if (spin)
+		fclose(fopen(nthfile, "w") ?: stdin);
 	for (;;) {
+		/* Before the open, which may wait for the registration's lock. */
+		if (spin && !recorded && !access(path, F_OK)) {
+			record_fail_nth(pidfile, nthfile);
+			recorded = true;
+		}
 		err = do_open(path);
+		if (spin && !err)
+			record_fail_nth(pidfile, nthfile);
 		if (err == ENXIO)
 			seen = true;
 		else if (err == ENOENT && seen)
@@ -136,7 +191,8 @@ static int do_await(const char *path, long long ms, const char *stop)
 			return seen ? ENXIO : ENOENT;
 		if (now_ms() >= deadline)
 			return ETIMEDOUT;
-		sleep_ms(1);
+		if (!spin)
+			sleep_ms(1);
 	}
 }
 
@@ -293,7 +349,7 @@ static int uevent_probe(void)
 
 int main(int argc, char **argv)
 {
-	char line[4096], path[4096], stop[4096];
+	char line[4096], path[4096], stop[4096], pidfile[4096], nthfile[4096];
 	long long offset, hold;
 	size_t length;
 	int n;
@@ -310,7 +366,10 @@ int main(int argc, char **argv)
 				     stop)) >= 2)
 			do_churn(path, offset, n >= 3 ? hold : 0, n == 4 ? stop : "");
 		else if ((n = sscanf(line, "await %4095s %lld %4095s", path, &hold, stop)) >= 2)
-			answer("await", do_await(path, hold, n == 3 ? stop : ""));
+			answer("await", do_await(path, hold, n == 3 ? stop : "", "", ""));
+		else if (sscanf(line, "catch %4095s %lld %4095s %4095s %4095s", path, &hold, stop,
+				pidfile, nthfile) == 5)
+			answer("catch", do_await(path, hold, stop, pidfile, nthfile));
 		else if (!strcmp(line, "close\n"))
 			answer("close", held < 0 ? EBADF : do_close());
 		else

@@ -105,7 +105,7 @@ load_held() {
 	shift 4
 	while [ "$n" -lt "$tries" ]; do
 		n=$((n + 1))
-		catch_load "$ko" "$disk" "$@"
+		${CATCH:-catch_load} "$ko" "$disk" "$@"
 		echo "load $n: $LOAD; blkhold: $HELD"
 		[ "$LOAD" != died ] || break
 		case $HELD in died | hung*) break ;; esac
@@ -159,6 +159,169 @@ act_nullb_held() {
 	load_held "$HELD_TRIES" "$NULLB_KO" null_blk nullb0 $NULLB_PARAMS "init_hctx=$1" || return 1
 	obs load "$LOAD"
 	close_held close
+}
+
+# --- in-tree drivers failed by the kernel's fault injection ----------------
+
+# fault_driver NAME: set FD_DEPS (modules it needs, in load order), FD_KO,
+# FD_DEV (what its init publishes first, under /dev) and FD_PARAMS for an
+# in-tree module whose init can fail after it published something (make
+# survey lists them); false for another name.
+fault_driver() {
+	FD_DEPS='' FD_PARAMS=''
+	case $1 in
+	# Sixteen disks, one by one: zram0 is there long before the last.
+	zram) FD_DEPS=/lib/modules/zsmalloc.ko FD_DEV=zram0 FD_PARAMS=num_devices=16 ;;
+	# /dev/loop-control, then the loop major.
+	loop) FD_DEV=loop-control ;;
+	# /dev/fuse, then fuse's sysfs directory and control filesystem.
+	fuse) FD_DEV=fuse ;;
+	*) return 1 ;;
+	esac
+	FD_KO=/lib/modules/$1.ko
+}
+
+# fault_setup: failslab may fail allocations that can sleep (a module's
+# init makes mostly those), and logs each failure it injects in a line.
+fault_setup() {
+	local f=/sys/kernel/debug/failslab
+
+	[ -d $f ] || { echo "no $f (CONFIG_FAILSLAB, CONFIG_FAULT_INJECTION_DEBUG_FS)"; return 1; }
+	echo N > $f/ignore-gfp-wait && echo 1 > $f/verbose
+}
+
+# Far enough that no load reaches it: the count of a load that fails nothing.
+FAULT_FAR=1000000
+# Loads fault_held tries: a window of some 50 sites, a few of them several
+# times.
+FAULT_TRIES=80
+
+# catch_fault KO DEV PARAMS...: catch_load, the loader with the kernel's
+# fault injection armed at its FAULT_NTH-th site (modctl MODCTL_FAIL_NTH),
+# the holder spinning on /dev/DEV (blkhold catch) and recording in
+# /tmp/loader.nth how many sites the loader had to go when DEV appeared
+# and when the holder had it open.  Then the next site to try (see
+# fault_next).
+catch_fault() {
+	local ko=$1 dev=$2
+
+	shift 2
+	rm -f /tmp/catch.loaded /tmp/loader.nth
+	holder_start
+	holder_send catch "/dev/$dev" 30000 /tmp/catch.loaded /tmp/loader.pid /tmp/loader.nth
+	# The holder looks before the loader starts: an init may publish early.
+	poll 10 test -e /tmp/loader.nth || echo "blkhold never started looking"
+	LOAD=$(or_died modctl "$(MODCTL_FAIL_NTH=$FAULT_NTH MODCTL_PIDFILE=/tmp/loader.pid \
+		modctl load "$ko" "$@")")
+	: > /tmp/catch.loaded
+	HELD=$(holder_answer)
+	HELD="await ${HELD#catch }"
+	echo "fault at site $FAULT_NTH"
+	fault_next
+}
+
+# fault_next: the site the next try fails (FAULT_NTH): the next one, or
+# the same again (up to FAULT_RETRIES tries) when the holder saw DEV but
+# it was gone before the holder's open got it (ENOENT, ENODEV) and the
+# load failed: a misc device is there only from its registration to its
+# deregistration, a moment.  Past FAULT_LAST, round again from
+# FAULT_FIRST.
+FAULT_RETRIES=6
+fault_next() {
+	case $LOAD:$HELD in
+	OK:* | *:"await OK" | *:"await ENXIO") ;;
+	*)
+		if [ -s /tmp/loader.nth ] && [ "$FAULT_TRIED" -lt "$FAULT_RETRIES" ]; then
+			FAULT_TRIED=$((FAULT_TRIED + 1))
+			return
+		fi
+		;;
+	esac
+	FAULT_TRIED=1
+	FAULT_NTH=$((FAULT_NTH + 1))
+	[ "$FAULT_NTH" -le "$FAULT_LAST" ] || FAULT_NTH=$FAULT_FIRST
+}
+
+# fault_window KO DEV PARAMS...: load KO with fault injection armed out of
+# reach while a holder catches /dev/DEV, then unload it, up to three
+# times until the holder saw DEV: the sites to try, "FIRST LAST" (nothing
+# when it never did): up to FAULT_MARGIN past the one the loader had
+# passed when the holder had DEV open (OPENED; the one it saw DEV at when
+# the loader was gone by then), from FAULT_MARGIN before the one it had
+# passed when the holder saw DEV (it sees it late), or from
+# FAULT_MARGIN before OPENED when that is later (a disk is not open the
+# moment it is there: failures until then tear it down first).
+FAULT_MARGIN=16
+fault_window() {
+	local ko=$1 dev=$2 name seen='' opened first tries=0
+
+	shift 2
+	name=${ko##*/}
+	while [ -z "$seen" ] && [ "$tries" -lt 3 ]; do
+		tries=$((tries + 1))
+		FAULT_NTH=$FAULT_FAR FAULT_FIRST=$FAULT_FAR FAULT_LAST=$FAULT_FAR FAULT_TRIED=0
+		catch_fault "$ko" "$dev" "$@" > /dev/null
+		holder_stop
+		seen=$(sed -n '1{/^[0-9][0-9]*$/p}' /tmp/loader.nth 2> /dev/null)
+		opened=$(sed -n '2{/^[0-9][0-9]*$/p}' /tmp/loader.nth 2> /dev/null)
+		echo "calibration load: $LOAD; blkhold: $HELD; fail-nth left: ${seen:-?}, ${opened:-?}" >&2
+		[ "$LOAD" != OK ] || [ "$(modctl unload "${name%.ko}")" = OK ] ||
+			{ echo "cannot unload ${name%.ko}" >&2; return 0; }
+	done
+	[ -n "$seen" ] || return 0
+	opened=$((FAULT_FAR - ${opened:-$seen})) seen=$((FAULT_FAR - seen))
+	first=$((seen - FAULT_MARGIN))
+	[ "$first" -ge $((opened - FAULT_MARGIN)) ] || first=$((opened - FAULT_MARGIN))
+	echo "$first" $((opened + FAULT_MARGIN))
+}
+
+# fault_held:NAME: the in-tree driver NAME (see fault_driver) loaded while
+# a holder opens what its init publishes first the moment it appears, and
+# its init failed with the kernel's fault injection (failslab, through the
+# loader's fail-nth) at a site from when that appeared to a little after
+# the holder had it open in a load that failed nothing (fault_window): a
+# site each load, until the holder held it when the load failed
+# (load_held, up to FAULT_TRIES loads).  Then the holder closes it.  load:
+# the last load's answer: OK, died or failed (the errno depends on the
+# site); close: the close's answer or fate, or "unheld";
+# left: NAME's disks and DEV still there after its module went (none, or
+# their names): a driver whose failed init leaves a device behind.
+act_fault_held() {
+	local dep window
+
+	fault_driver "$1" || { echo "fault_held: no driver $1"; return 1; }
+	fault_setup || return 1
+	for dep in $FD_DEPS; do
+		[ "$(modctl load "$dep")" = OK ] || { echo "cannot load $dep"; return 1; }
+	done
+	# shellcheck disable=SC2086 # FD_PARAMS is a word list
+	window=$(fault_window "$FD_KO" "$FD_DEV" $FD_PARAMS)
+	[ -n "$window" ] || { echo "the calibration loads never showed /dev/$FD_DEV"; return 1; }
+	FAULT_FIRST=${window% *} FAULT_LAST=${window#* }
+	echo "fault-injection sites to try: $FAULT_FIRST to $FAULT_LAST"
+	FAULT_NTH=$FAULT_FIRST FAULT_TRIED=1 CATCH=catch_fault
+	# shellcheck disable=SC2086 # FD_PARAMS is a word list
+	load_held "$FAULT_TRIES" "$FD_KO" "$1" "$FD_DEV" $FD_PARAMS || { CATCH=''; return 1; }
+	CATCH=''
+	echo "load: $LOAD"
+	obs load "$(own_answer "$LOAD")"
+	close_held close
+	poll 10 module_gone "$1" || true
+	obs left "$(fault_leftovers "$1")"
+}
+
+# fault_leftovers NAME: NAME's block devices and /dev files still there
+# (none).
+fault_leftovers() {
+	local left='' f
+
+	for f in /sys/block/"$1"* /dev/"$FD_DEV"; do
+		[ ! -e "$f" ] || case " $left " in
+		*" ${f##*/} "*) ;;
+		*) left="$left ${f##*/}" ;;
+		esac
+	done
+	echo "${left# }" | grep . || echo none
 }
 
 # --- harness/run --module: the user's own driver ---------------------------

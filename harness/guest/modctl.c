@@ -24,6 +24,13 @@
  *                                        written to TTY has left the UART
  *
  * Exit status: 0 when the call succeeded, 1 when it failed, 2 on bad usage.
+ *
+ * A load's environment may ask for the kernel's fault injection: with
+ * MODCTL_FAIL_NTH=N the Nth fault-injection site the loading task reaches
+ * from finit_module() on fails (its /proc/self/fail-nth; failslab needs
+ * ignore-gfp-wait off in debugfs to fail the allocations that may sleep),
+ * and MODCTL_PIDFILE=FILE gets the task's pid first, for a holder that
+ * reads how far that count went (blkhold catch).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -75,10 +82,53 @@ static char *join_params(int argc, char **argv)
 	return params;
 }
 
+/* Write @value to the file @path (its first failure's errno, or 0). */
+static int write_value(const char *path, const char *value)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	int err = 0;
+
+	if (fd < 0)
+		return errno;
+	if (write(fd, value, strlen(value)) < 0)
+		err = errno;
+	close(fd);
+	return err;
+}
+
+/*
+ * MODCTL_PIDFILE and MODCTL_FAIL_NTH (see the top): the pid written, and
+ * the count armed last, so that nothing but finit_module() counts down.
+ * Returns the armed fail-nth file to close after the call, or -1.
+ */
+static int arm_fault_injection(void)
+{
+	const char *pidfile = getenv("MODCTL_PIDFILE");
+	const char *nth = getenv("MODCTL_FAIL_NTH");
+	char pid[32];
+	int fd, err;
+
+	if (pidfile) {
+		snprintf(pid, sizeof(pid), "%d\n", getpid());
+		err = write_value(pidfile, pid);
+		if (err)
+			fprintf(stderr, "modctl: %s: %s\n", pidfile, strerror(err));
+	}
+	if (!nth)
+		return -1;
+	fd = open("/proc/self/fail-nth", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, nth, strlen(nth)) < 0) {
+		fprintf(stderr, "modctl: /proc/self/fail-nth: %s (CONFIG_FAULT_INJECTION)\n",
+			strerror(errno));
+		exit(2);
+	}
+	return fd;
+}
+
 static int load(int argc, char **argv, int flags)
 {
 	char *params;
-	int fd;
+	int fd, armed, ret;
 
 	if (argc < 1)
 		return usage();
@@ -90,7 +140,11 @@ static int load(int argc, char **argv, int flags)
 	params = join_params(argc - 1, argv + 1);
 	if (!params)
 		return 2;
-	return report(syscall(SYS_finit_module, fd, params, flags));
+	armed = arm_fault_injection();
+	ret = report(syscall(SYS_finit_module, fd, params, flags));
+	if (armed >= 0)
+		close(armed);
+	return ret;
 }
 
 static int unload(int argc, char **argv)
