@@ -109,6 +109,8 @@ load_held() {
 		echo "load $n: $LOAD; blkhold: $HELD"
 		[ "$LOAD" != died ] || break
 		case $HELD in died | hung*) break ;; esac
+		# catch_fault: its fault hit while the holder held DEV.
+		[ -z "${CATCH_DONE:-}" ] || break
 		if [ "$LOAD" = OK ]; then
 			holder_stop
 			HELD=
@@ -170,8 +172,8 @@ act_nullb_held() {
 fault_driver() {
 	FD_DEPS='' FD_PARAMS=''
 	case $1 in
-	# Sixteen disks, one by one: zram0 is there long before the last.
-	zram) FD_DEPS=/lib/modules/zsmalloc.ko FD_DEV=zram0 FD_PARAMS=num_devices=16 ;;
+	# Eight disks, one by one: zram0 is there long before the last.
+	zram) FD_DEPS=/lib/modules/zsmalloc.ko FD_DEV=zram0 FD_PARAMS=num_devices=8 ;;
 	# /dev/loop-control, then the loop major.
 	loop) FD_DEV=loop-control ;;
 	# /dev/fuse, then fuse's sysfs directory and control filesystem.
@@ -192,66 +194,89 @@ fault_setup() {
 
 # Far enough that no load reaches it: the count of a load that fails nothing.
 FAULT_FAR=1000000
-# Loads fault_held tries: a window of some 50 sites, a few of them several
-# times.
-FAULT_TRIES=80
+# Loads fault_held tries: a window of 25 sites, twice, a few of them
+# several times.
+FAULT_TRIES=100
 
 # catch_fault KO DEV PARAMS...: catch_load, the loader with the kernel's
-# fault injection armed at its FAULT_NTH-th site (modctl MODCTL_FAIL_NTH),
-# the holder spinning on /dev/DEV (blkhold catch) and recording in
-# /tmp/loader.nth how many sites the loader had to go when DEV appeared
-# and when the holder had it open.  Then the next site to try (see
-# fault_next).
+# fault injection armed at its FAULT_NTH-th site (modctl MODCTL_FAIL_NTH:
+# FAULT_FIRED is whether that site failed), the holder spinning on
+# /dev/DEV (blkhold catch) and recording in /tmp/loader.nth how many
+# sites the loader had to go when DEV appeared and when the holder had it
+# open.  A site that failed while the holder held DEV and that the init
+# tolerated (the load is OK) is kept in FAULT_TOLERATED: the scenario
+# ends there (CATCH_DONE) only when the rounds of the window found no
+# site whose failure failed the init while DEV was held.  Then the next
+# site to try (see fault_next).
 catch_fault() {
-	local ko=$1 dev=$2
+	local ko=$1 dev=$2 out
 
 	shift 2
-	rm -f /tmp/catch.loaded /tmp/loader.nth
+	rm -f /tmp/catch.loaded /tmp/loader.nth /tmp/loader.pid
 	holder_start
 	holder_send catch "/dev/$dev" 30000 /tmp/catch.loaded /tmp/loader.pid /tmp/loader.nth
 	# The holder looks before the loader starts: an init may publish early.
 	poll 10 test -e /tmp/loader.nth || echo "blkhold never started looking"
-	LOAD=$(or_died modctl "$(MODCTL_FAIL_NTH=$FAULT_NTH MODCTL_PIDFILE=/tmp/loader.pid \
-		modctl load "$ko" "$@")")
+	out=$(MODCTL_FAIL_NTH=$FAULT_NTH MODCTL_PIDFILE=/tmp/loader.pid \
+		modctl load "$ko" "$@" 5>&- 6<&-)
+	LOAD=$(or_died modctl "$(echo "$out" | sed -n 1p)")
+	FAULT_FIRED=$(echo "$out" | sed -n 2p)
 	: > /tmp/catch.loaded
 	HELD=$(holder_answer)
-	HELD="await ${HELD#catch }"
-	echo "fault at site $FAULT_NTH"
+	case $HELD in
+	"catch "*) HELD="await ${HELD#catch }" ;;
+	esac
+	echo "fault at site $FAULT_NTH: ${FAULT_FIRED:-?}"
+	CATCH_DONE=
+	if [ "$LOAD" = OK ] && [ "$FAULT_FIRED" = "fault fired" ] && [ "$HELD" = "await OK" ]; then
+		[ -z "$FAULT_FINAL" ] || { CATCH_DONE=yes; return; }
+		[ -n "$FAULT_TOLERATED" ] || FAULT_TOLERATED=$FAULT_NTH
+	fi
 	fault_next
 }
 
 # fault_next: the site the next try fails (FAULT_NTH): the next one, or
-# the same again (up to FAULT_RETRIES tries) when the holder saw DEV but
-# it was gone before the holder's open got it (ENOENT, ENODEV) and the
-# load failed: a misc device is there only from its registration to its
-# deregistration, a moment.  Past FAULT_LAST, round again from
-# FAULT_FIRST.
-FAULT_RETRIES=6
+# the same again (up to FAULT_RETRIES tries) when it failed the init but
+# DEV was gone before the holder's open got it (ENOENT, ENODEV): a misc
+# device is there only from its registration to its deregistration, a
+# moment.  Past FAULT_LAST, round again from FAULT_FIRST when a site of
+# the round failed the init with DEV not held (FAULT_LOST: the holder
+# lost the race for it), up to FAULT_ROUNDS rounds; else end with
+# FAULT_TOLERATED once more, when there is one (FAULT_FINAL).
+FAULT_RETRIES=3
+FAULT_ROUNDS=2
 fault_next() {
 	case $LOAD:$HELD in
-	OK:* | *:"await OK" | *:"await ENXIO") ;;
+	OK:* | died:* | *:"await OK" | *:"await ENXIO") ;;
 	*)
-		if [ -s /tmp/loader.nth ] && [ "$FAULT_TRIED" -lt "$FAULT_RETRIES" ]; then
-			FAULT_TRIED=$((FAULT_TRIED + 1))
-			return
+		if [ "$FAULT_FIRED" = "fault fired" ]; then
+			FAULT_LOST=$((FAULT_LOST + 1))
+			if [ "$FAULT_TRIED" -lt "$FAULT_RETRIES" ]; then
+				FAULT_TRIED=$((FAULT_TRIED + 1))
+				return
+			fi
 		fi
 		;;
 	esac
 	FAULT_TRIED=1
 	FAULT_NTH=$((FAULT_NTH + 1))
-	[ "$FAULT_NTH" -le "$FAULT_LAST" ] || FAULT_NTH=$FAULT_FIRST
+	[ "$FAULT_NTH" -gt "$FAULT_LAST" ] || return 0
+	FAULT_NTH=$FAULT_FIRST
+	if [ -n "$FAULT_TOLERATED" ] && { [ "$FAULT_LOST" -eq 0 ] || [ "$FAULT_ROUND" -ge "$FAULT_ROUNDS" ]; }; then
+		FAULT_NTH=$FAULT_TOLERATED FAULT_FINAL=yes
+	fi
+	FAULT_ROUND=$((FAULT_ROUND + 1)) FAULT_LOST=0
 }
 
 # fault_window KO DEV PARAMS...: load KO with fault injection armed out of
 # reach while a holder catches /dev/DEV, then unload it, up to three
 # times until the holder saw DEV: the sites to try, "FIRST LAST" (nothing
-# when it never did): up to FAULT_MARGIN past the one the loader had
-# passed when the holder had DEV open (OPENED; the one it saw DEV at when
-# the loader was gone by then), from FAULT_MARGIN before the one it had
-# passed when the holder saw DEV (it sees it late), or from
-# FAULT_MARGIN before OPENED when that is later (a disk is not open the
-# moment it is there: failures until then tear it down first).
-FAULT_MARGIN=16
+# when it never did, or the module would not unload), from FAULT_MARGIN
+# before to twice that after the one the loader had passed when the
+# holder had DEV open (the one it had passed when the holder saw DEV,
+# when the loader was gone by the time the open returned).  Sites before FIRST fail the
+# init before the holder can have DEV.
+FAULT_MARGIN=8
 fault_window() {
 	local ko=$1 dev=$2 name seen='' opened first tries=0
 
@@ -260,52 +285,59 @@ fault_window() {
 	while [ -z "$seen" ] && [ "$tries" -lt 3 ]; do
 		tries=$((tries + 1))
 		FAULT_NTH=$FAULT_FAR FAULT_FIRST=$FAULT_FAR FAULT_LAST=$FAULT_FAR FAULT_TRIED=0
+		FAULT_TOLERATED='' FAULT_ROUND=1 FAULT_LOST=0 FAULT_FINAL=
 		catch_fault "$ko" "$dev" "$@" > /dev/null
 		holder_stop
-		seen=$(sed -n '1{/^[0-9][0-9]*$/p}' /tmp/loader.nth 2> /dev/null)
-		opened=$(sed -n '2{/^[0-9][0-9]*$/p}' /tmp/loader.nth 2> /dev/null)
+		# 0: the loader was done, and disarmed its count.
+		seen=$(sed -n '1{/^[1-9][0-9]*$/p}' /tmp/loader.nth 2> /dev/null)
+		opened=$(sed -n '2{/^[1-9][0-9]*$/p}' /tmp/loader.nth 2> /dev/null)
 		echo "calibration load: $LOAD; blkhold: $HELD; fail-nth left: ${seen:-?}, ${opened:-?}" >&2
 		[ "$LOAD" != OK ] || [ "$(modctl unload "${name%.ko}")" = OK ] ||
-			{ echo "cannot unload ${name%.ko}" >&2; return 0; }
+			{ echo "cannot unload ${name%.ko} after the calibration load" >&2; return 0; }
 	done
 	[ -n "$seen" ] || return 0
-	opened=$((FAULT_FAR - ${opened:-$seen})) seen=$((FAULT_FAR - seen))
-	first=$((seen - FAULT_MARGIN))
-	[ "$first" -ge $((opened - FAULT_MARGIN)) ] || first=$((opened - FAULT_MARGIN))
-	echo "$first" $((opened + FAULT_MARGIN))
+	opened=$((FAULT_FAR - ${opened:-$seen}))
+	first=$((opened - FAULT_MARGIN))
+	[ "$first" -ge 1 ] || first=1
+	echo "$first" $((opened + 2 * FAULT_MARGIN))
 }
 
 # fault_held:NAME: the in-tree driver NAME (see fault_driver) loaded while
 # a holder opens what its init publishes first the moment it appears, and
-# its init failed with the kernel's fault injection (failslab, through the
-# loader's fail-nth) at a site from when that appeared to a little after
-# the holder had it open in a load that failed nothing (fault_window): a
-# site each load, until the holder held it when the load failed
-# (load_held, up to FAULT_TRIES loads).  Then the holder closes it.  load:
-# the last load's answer: OK, died or failed (the errno depends on the
-# site); close: the close's answer or fate, or "unheld";
-# left: NAME's disks and DEV still there after its module went (none, or
-# their names): a driver whose failed init leaves a device behind.
+# a fault-injection site of the loader's failed (failslab, through its
+# fail-nth) from a little before the holder had it open in a load that
+# failed nothing (fault_window): a site each load, until one failed the
+# init while the holder held it, or else one whose failure the init went
+# on without (catch_fault; load_held, up to FAULT_TRIES loads).  Then the
+# holder closes it, and a module that loaded is unloaded.  load: the last
+# load's answer: OK, died or failed (the errno depends on the site);
+# close: the close's answer or fate, or "unheld"; unload: rmmod's answer,
+# when the load was OK; left: NAME's disks and DEV still there after its
+# module went (none, or their names): a driver whose failed init leaves a
+# device behind.
 act_fault_held() {
-	local dep window
+	local dep window answer
 
 	fault_driver "$1" || { echo "fault_held: no driver $1"; return 1; }
 	fault_setup || return 1
 	for dep in $FD_DEPS; do
-		[ "$(modctl load "$dep")" = OK ] || { echo "cannot load $dep"; return 1; }
+		answer=$(modctl load "$dep")
+		[ "$answer" = OK ] || [ "$answer" = EEXIST ] || { echo "cannot load $dep: $answer"; return 1; }
 	done
 	# shellcheck disable=SC2086 # FD_PARAMS is a word list
 	window=$(fault_window "$FD_KO" "$FD_DEV" $FD_PARAMS)
-	[ -n "$window" ] || { echo "the calibration loads never showed /dev/$FD_DEV"; return 1; }
+	[ -n "$window" ] || { echo "no sites to try: see the calibration loads"; return 1; }
 	FAULT_FIRST=${window% *} FAULT_LAST=${window#* }
 	echo "fault-injection sites to try: $FAULT_FIRST to $FAULT_LAST"
-	FAULT_NTH=$FAULT_FIRST FAULT_TRIED=1 CATCH=catch_fault
+	FAULT_NTH=$FAULT_FIRST FAULT_TRIED=1 FAULT_TOLERATED='' FAULT_ROUND=1 FAULT_LOST=0
+	FAULT_FINAL='' CATCH=catch_fault
 	# shellcheck disable=SC2086 # FD_PARAMS is a word list
 	load_held "$FAULT_TRIES" "$FD_KO" "$1" "$FD_DEV" $FD_PARAMS || { CATCH=''; return 1; }
-	CATCH=''
+	CATCH='' CATCH_DONE=''
 	echo "load: $LOAD"
 	obs load "$(own_answer "$LOAD")"
 	close_held close
+	[ "$LOAD" != OK ] || obs unload "$(modctl unload "$1")"
 	poll 10 module_gone "$1" || true
 	obs left "$(fault_leftovers "$1")"
 }

@@ -27,14 +27,17 @@
  *
  * A load's environment may ask for the kernel's fault injection: with
  * MODCTL_FAIL_NTH=N the Nth fault-injection site the loading task reaches
- * from finit_module() on fails (its /proc/self/fail-nth; failslab needs
- * ignore-gfp-wait off in debugfs to fail the allocations that may sleep),
- * and MODCTL_PIDFILE=FILE gets the task's pid first, for a holder that
- * reads how far that count went (blkhold catch).
+ * from finit_module() on fails (its /proc/thread-self/fail-nth; failslab
+ * needs ignore-gfp-wait off in debugfs to fail the allocations that may
+ * sleep), and a second line says whether it did: "fault fired" or "fault
+ * not reached" (then disarmed); MODCTL_PIDFILE=FILE gets the task's pid
+ * first, for a holder that reads how far that count went (blkhold
+ * catch).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <linux/module.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -99,7 +102,8 @@ static int write_value(const char *path, const char *value)
 /*
  * MODCTL_PIDFILE and MODCTL_FAIL_NTH (see the top): the pid written, and
  * the count armed last, so that nothing but finit_module() counts down.
- * Returns the armed fail-nth file to close after the call, or -1.
+ * Returns the armed fail-nth file, to read and disarm after the call, or
+ * -1.
  */
 static int arm_fault_injection(void)
 {
@@ -116,19 +120,39 @@ static int arm_fault_injection(void)
 	}
 	if (!nth)
 		return -1;
-	fd = open("/proc/self/fail-nth", O_WRONLY | O_CLOEXEC);
+	fd = open("/proc/thread-self/fail-nth", O_RDWR | O_CLOEXEC);
 	if (fd < 0 || write(fd, nth, strlen(nth)) < 0) {
-		fprintf(stderr, "modctl: /proc/self/fail-nth: %s (CONFIG_FAULT_INJECTION)\n",
+		fprintf(stderr, "modctl: /proc/thread-self/fail-nth: %s (CONFIG_FAULT_INJECTION)\n",
 			strerror(errno));
 		exit(2);
 	}
 	return fd;
 }
 
+/*
+ * Whether the fault armed on @fd fired: its count reads 0 only then.  A
+ * count left is disarmed (0 written), or the fault would hit this
+ * program's own calls.  Neither a read nor a write of it is a
+ * fault-injection site.
+ */
+static bool fault_fired(int fd)
+{
+	char count[16] = "";
+
+	if (pread(fd, count, sizeof(count) - 1, 0) <= 0)
+		return false;
+	if (!strcmp(count, "0\n"))
+		return true;
+	if (pwrite(fd, "0", 1, 0) < 0)
+		fprintf(stderr, "modctl: cannot disarm fail-nth: %s\n", strerror(errno));
+	return false;
+}
+
 static int load(int argc, char **argv, int flags)
 {
+	int fd, armed, ret, err;
+	bool fired = false;
 	char *params;
-	int fd, armed, ret;
 
 	if (argc < 1)
 		return usage();
@@ -141,9 +165,16 @@ static int load(int argc, char **argv, int flags)
 	if (!params)
 		return 2;
 	armed = arm_fault_injection();
-	ret = report(syscall(SYS_finit_module, fd, params, flags));
+	ret = syscall(SYS_finit_module, fd, params, flags);
+	err = errno;
 	if (armed >= 0)
+		fired = fault_fired(armed);
+	errno = err;
+	ret = report(ret);
+	if (armed >= 0) {
+		puts(fired ? "fault fired" : "fault not reached");
 		close(armed);
+	}
 	return ret;
 }
 

@@ -34,13 +34,18 @@ calls = {}
 # later call, return line, value returned): the first publication's.
 found = {}
 
-def publishes(file, name, seen=()):
-	if name in PUBLISHERS:
-		return True
-	if name in seen:
-		return False
-	return any(publishes(file, callee, seen + (name,))
-		   for callee in calls.get((file, name), ()))
+def publishes(file, name):
+	"""Whether NAME, in FILE, calls a publisher at any depth: a walk of
+	the calls, each function once."""
+	todo, seen = [name], set()
+	while todo:
+		caller = todo.pop()
+		if caller in PUBLISHERS:
+			return True
+		if caller not in seen:
+			seen.add(caller)
+			todo.extend(calls.get((file, caller), ()))
+	return False
 
 def publishes_anywhere(name):
 	"""A cheap first test: spatch may read several files at once."""
