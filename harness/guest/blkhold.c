@@ -27,7 +27,7 @@
  *                        modctl MODCTL_PIDFILE) reads when PATH is first
  *                        there, and again once it is open: two lines
  *                        (it creates NTHFILE empty when it starts
- *                        looking: the loader may start then)
+ *                        looking, on CPU 1: the loader may start then)
  *                                      -> "catch OK|ENXIO|ENOENT|..."
  *   churn PATH MS [HOLD_MS [STOP]]
  *                        open PATH, read its start through the page cache
@@ -47,6 +47,7 @@
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,10 +169,19 @@ static int do_await(const char *path, long long ms, const char *stop,
 {
 	long long deadline = now_ms() + ms;
 	bool seen = false, spin = *nthfile, recorded = false;
+	cpu_set_t cpu1;
+	FILE *ready;
 	int err;
 
-	if (spin)
-		fclose(fopen(nthfile, "w") ?: stdin);
+	if (spin) {
+		/* Off the loader's CPU (modctl MODCTL_PIDFILE: CPU 0). */
+		CPU_ZERO(&cpu1);
+		CPU_SET(1, &cpu1);
+		sched_setaffinity(0, sizeof(cpu1), &cpu1);
+		ready = fopen(nthfile, "w");
+		if (ready)
+			fclose(ready);
+	}
 	for (;;) {
 		/* Before the open, which may wait for the registration's lock. */
 		if (spin && !recorded && !access(path, F_OK)) {

@@ -172,8 +172,12 @@ act_nullb_held() {
 fault_driver() {
 	FD_DEPS='' FD_PARAMS=''
 	case $1 in
-	# Eight disks, one by one: zram0 is there long before the last.
-	zram) FD_DEPS=/lib/modules/zsmalloc.ko FD_DEV=zram0 FD_PARAMS=num_devices=8 ;;
+	# Eight disks, one by one: zram0 is there long before the last.  Its
+	# compressor is built in on 6.1 (CRYPTO_LZO), a module on 7.3.
+	zram)
+		FD_DEPS="/lib/modules/zsmalloc.ko /lib/modules/lzo_compress.ko"
+		FD_DEV=zram0 FD_PARAMS=num_devices=8
+		;;
 	# /dev/loop-control, then the loop major.
 	loop) FD_DEV=loop-control ;;
 	# /dev/fuse, then fuse's sysfs directory and control filesystem.
@@ -291,7 +295,8 @@ fault_window() {
 		# 0: the loader was done, and disarmed its count.
 		seen=$(sed -n '1{/^[1-9][0-9]*$/p}' /tmp/loader.nth 2> /dev/null)
 		opened=$(sed -n '2{/^[1-9][0-9]*$/p}' /tmp/loader.nth 2> /dev/null)
-		echo "calibration load: $LOAD; blkhold: $HELD; fail-nth left: ${seen:-?}, ${opened:-?}" >&2
+		echo "calibration load: $LOAD; blkhold: $HELD; fail-nth left: ${seen:-?}, ${opened:-?}" \
+			"(read: $(tr '\n' ' ' < /tmp/loader.nth 2> /dev/null))" >&2
 		[ "$LOAD" != OK ] || [ "$(modctl unload "${name%.ko}")" = OK ] ||
 			{ echo "cannot unload ${name%.ko} after the calibration load" >&2; return 0; }
 	done
@@ -321,6 +326,7 @@ act_fault_held() {
 	fault_driver "$1" || { echo "fault_held: no driver $1"; return 1; }
 	fault_setup || return 1
 	for dep in $FD_DEPS; do
+		[ -e "$dep" ] || continue
 		answer=$(modctl load "$dep")
 		[ "$answer" = OK ] || [ "$answer" = EEXIST ] || { echo "cannot load $dep: $answer"; return 1; }
 	done

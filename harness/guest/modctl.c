@@ -32,13 +32,14 @@
  * sleep), and a second line says whether it did: "fault fired" or "fault
  * not reached" (then disarmed); MODCTL_PIDFILE=FILE gets the task's pid
  * first, for a holder that reads how far that count went (blkhold
- * catch).
+ * catch), and the task runs on CPU 0 from then on (the holder on CPU 1).
  */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <linux/module.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -109,10 +110,15 @@ static int arm_fault_injection(void)
 {
 	const char *pidfile = getenv("MODCTL_PIDFILE");
 	const char *nth = getenv("MODCTL_FAIL_NTH");
+	cpu_set_t cpu0;
 	char pid[32];
 	int fd, err;
 
 	if (pidfile) {
+		/* CPU 0, the holder CPU 1: they run at once (two vCPUs). */
+		CPU_ZERO(&cpu0);
+		CPU_SET(0, &cpu0);
+		sched_setaffinity(0, sizeof(cpu0), &cpu0);
 		snprintf(pid, sizeof(pid), "%d\n", getpid());
 		err = write_value(pidfile, pid);
 		if (err)
