@@ -273,20 +273,22 @@ fault_next() {
 }
 
 # fault_window KO DEV PARAMS...: load KO with fault injection armed out of
-# reach while a holder catches /dev/DEV, then unload it, up to three
-# times until the holder saw DEV: the sites to try, "FIRST LAST" (nothing
+# reach while a holder catches /dev/DEV, then unload it, up to
+# FAULT_CALIBRATIONS times until the holder saw DEV while the loader ran
+# (a quick init may be over first): the sites to try, "FIRST LAST" (nothing
 # when it never did, or the module would not unload), from FAULT_MARGIN
 # before to twice that after the one the loader had passed when the
 # holder had DEV open (the one it had passed when the holder saw DEV,
 # when the loader was gone by the time the open returned).  Sites before FIRST fail the
 # init before the holder can have DEV.
 FAULT_MARGIN=8
+FAULT_CALIBRATIONS=8
 fault_window() {
 	local ko=$1 dev=$2 name seen='' opened first tries=0
 
 	shift 2
 	name=${ko##*/}
-	while [ -z "$seen" ] && [ "$tries" -lt 3 ]; do
+	while [ -z "$seen" ] && [ "$tries" -lt "$FAULT_CALIBRATIONS" ]; do
 		tries=$((tries + 1))
 		FAULT_NTH=$FAULT_FAR FAULT_FIRST=$FAULT_FAR FAULT_LAST=$FAULT_FAR FAULT_TRIED=0
 		FAULT_TOLERATED='' FAULT_ROUND=1 FAULT_LOST=0 FAULT_FINAL=
