@@ -279,10 +279,17 @@ fault_next() {
 # when it never did, or the module would not unload), from FAULT_MARGIN
 # before to twice that after the one the loader had passed when the
 # holder had DEV open (the one it had passed when the holder saw DEV,
-# when the loader was gone by the time the open returned).  Sites before FIRST fail the
-# init before the holder can have DEV.
+# when the loader was gone by the time the open returned).  Sites before
+# FIRST fail the init before the holder can have DEV.
 FAULT_MARGIN=8
 FAULT_CALIBRATIONS=8
+
+# fault_start FIRST LAST: the tries of catch_fault begin, at site FIRST.
+fault_start() {
+	FAULT_FIRST=$1 FAULT_LAST=$2 FAULT_NTH=$1 FAULT_TRIED=1 FAULT_ROUND=1 FAULT_LOST=0
+	FAULT_TOLERATED='' FAULT_FINAL=''
+}
+
 fault_window() {
 	local ko=$1 dev=$2 name seen='' opened first tries=0
 
@@ -290,8 +297,7 @@ fault_window() {
 	name=${ko##*/}
 	while [ -z "$seen" ] && [ "$tries" -lt "$FAULT_CALIBRATIONS" ]; do
 		tries=$((tries + 1))
-		FAULT_NTH=$FAULT_FAR FAULT_FIRST=$FAULT_FAR FAULT_LAST=$FAULT_FAR FAULT_TRIED=0
-		FAULT_TOLERATED='' FAULT_ROUND=1 FAULT_LOST=0 FAULT_FINAL=
+		fault_start "$FAULT_FAR" "$FAULT_FAR"
 		catch_fault "$ko" "$dev" "$@" > /dev/null
 		holder_stop
 		# 0: the loader was done, and disarmed its count.
@@ -335,10 +341,9 @@ act_fault_held() {
 	# shellcheck disable=SC2086 # FD_PARAMS is a word list
 	window=$(fault_window "$FD_KO" "$FD_DEV" $FD_PARAMS)
 	[ -n "$window" ] || { echo "no sites to try: see the calibration loads"; return 1; }
-	FAULT_FIRST=${window% *} FAULT_LAST=${window#* }
+	fault_start "${window% *}" "${window#* }"
 	echo "fault-injection sites to try: $FAULT_FIRST to $FAULT_LAST"
-	FAULT_NTH=$FAULT_FIRST FAULT_TRIED=1 FAULT_TOLERATED='' FAULT_ROUND=1 FAULT_LOST=0
-	FAULT_FINAL='' CATCH=catch_fault
+	CATCH=catch_fault
 	# shellcheck disable=SC2086 # FD_PARAMS is a word list
 	load_held "$FAULT_TRIES" "$FD_KO" "$1" "$FD_DEV" $FD_PARAMS || { CATCH=''; return 1; }
 	CATCH='' CATCH_DONE=''
