@@ -99,6 +99,9 @@ VARIANT_WORDS := $(shell sed 's/#.*//' kernel-patches/variants)
 DEFAULT_VARIANTS := $(filter-out +%,$(VARIANT_WORDS))
 ROW_ONLY_VARIANTS := $(patsubst +%,%,$(filter +%,$(VARIANT_WORDS)))
 VARIANTS ?= $(DEFAULT_VARIANTS) $(ROW_ONLY_VARIANTS)
+# The other designs of the module change (kernel-patches/designs), built
+# on demand: make race-demo DESIGNS=1 shows them beside vanilla and fixed.
+DESIGN_VARIANTS := $(shell sed 's/#.*//' kernel-patches/designs)
 # BZIMAGE_OBJ: the variant's kernel is the user's (its sources, for the
 # symbolised traces: OBJ/source of an O= build, else OBJ).
 ifneq ($(BZIMAGE_OBJ),)
@@ -495,8 +498,9 @@ test: deps
 	@VARIANTS="$(VARIANTS)" harness/run -j $(JOBS) $(OWN_IMAGE_ARGS) $(OWN_MODULE_ARGS)
 
 race-demo: deps
-	@$(MAKE) --no-print-directory initramfs VARIANTS="$(DEFAULT_VARIANTS)"
-	@harness/race-demo $(if $(BACKEND),--backend $(BACKEND)) $(OWN_IMAGE_ARGS)
+	@$(MAKE) --no-print-directory initramfs \
+		VARIANTS="$(if $(DESIGNS),vanilla fixed $(DESIGN_VARIANTS),$(DEFAULT_VARIANTS))"
+	@harness/race-demo $(if $(DESIGNS),--designs) $(if $(BACKEND),--backend $(BACKEND)) $(OWN_IMAGE_ARGS)
 
 # Every prefix of the series builds and is checkpatch --strict clean; the
 # series also builds with CONFIG_MODULE_UNLOAD=n and CONFIG_MODULES=n.

@@ -207,6 +207,7 @@ FIXED_DEFAULTS: Dict[str, Dict[str, str]] = {
 	**{name: KEPT for name in KEPT_ACTIONS},
 	**{name: {'left': 'yes', 'said': 'yes'} for name in ('reaped', 'mod_reaped', 'own_reaped')},
 	'released': {'released': 'at_failure|after_holders'},
+	'waited': {'waited': 'yes', 'outcome': 'kept_until_reboot'},
 	'not_scanned': {'scan': 'none'},
 	'kmemleak': {'kmemleak': 'none'},
 	'churn_done': {'churners': 'ok', 'opened': '>0'},

@@ -176,6 +176,27 @@ act_released() {
 	fi
 }
 
+# waited[:MODULE]: what became of MODULE (default raceblk), whose init
+# failed while something held it, where the loader waits for the holders
+# (wait): whether the loader said it waits for them (waited: yes or no),
+# and how it ended (outcome): freed (they let go in time: MODULE is
+# gone), kept_until_reboot (the loader gave up, said so, and MODULE is
+# still listed, Unloading), or else MODULE's state in /proc/modules.
+act_waited() {
+	local module=${1:-raceblk} state
+
+	log_obs waited "\] $module: init failed with .* reference\(s\) held it: waiting for them"
+	state=$(grep "^$module " /proc/modules | awk '{ print $5 }')
+	echo "/proc/modules: ${state:-no $module}"
+	if [ -z "$state" ]; then
+		obs outcome freed
+	elif [ "$state" = Unloading ] && dmesg | grep -qF "] $module: still held by"; then
+		obs outcome kept_until_reboot
+	else
+		obs outcome "$state"
+	fi
+}
+
 # free_disk_called: whether raceblk's ->free_disk (free_disk=1) freed the
 # driver's data, as the disk's last put calls it (yes or no).
 act_free_disk_called() {
