@@ -311,7 +311,7 @@ endif
 INTREE_MODULES := drivers/scsi/scsi_debug.ko drivers/ata/ata_piix.ko drivers/scsi/sd_mod.ko \
 	fs/configfs/configfs.ko drivers/block/null_blk/null_blk.ko \
 	mm/zsmalloc.ko lib/lzo/lzo_compress.ko drivers/block/zram/zram.ko drivers/block/loop.ko \
-	fs/fuse/fuse.ko
+	fs/fuse/fuse.ko drivers/mtd/mtd.ko drivers/mtd/devices/mtdram.ko drivers/mtd/ubi/ubi.ko
 DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
 # A -debug or -kcsan variant also gets make soak's instances of raceblk (see

@@ -163,6 +163,29 @@ act_nullb_held() {
 	close_held close
 }
 
+# ubi_held: load the in-tree ubi with two mtd= parameters, mtdram's mtd0
+# and one that does not exist, while a holder opens /dev/ubi_ctrl, which
+# ubi's init registers first, the moment it appears: the init attaches
+# mtd0 (ubi0), fails to open the second, detaches ubi0 and fails with
+# ENOENT.  Loads the holder did not catch so are tried again (load_held).
+# Then the holder closes /dev/ubi_ctrl.  load: the last load's answer;
+# close: the close's answer or fate, or "unheld".
+act_ubi_held() {
+	local answer
+
+	answer=$(modctl load /lib/modules/mtd.ko)
+	[ "$answer" = OK ] || { echo "cannot load mtd: $answer"; return 1; }
+	answer=$(modctl load /lib/modules/mtdram.ko "total_size=$UBI_MTD_KIB" erase_size=128)
+	[ "$answer" = OK ] || { echo "cannot load mtdram: $answer"; return 1; }
+	load_held "$HELD_TRIES" /lib/modules/ubi.ko ubi ubi_ctrl mtd=0 mtd=absent || return 1
+	obs load "$LOAD"
+	close_held close
+}
+
+# mtd0's size: attaching it (a scan of every eraseblock) is the moment
+# the holder has to open /dev/ubi_ctrl.
+UBI_MTD_KIB=16384
+
 # --- in-tree drivers failed by the kernel's fault injection ----------------
 
 # fault_driver NAME: set FD_DEPS (modules it needs, in load order), FD_KO,
