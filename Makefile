@@ -319,21 +319,27 @@ DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 SOAK_INSTANCES := 4
 soak_instances = $(if $(filter %-debug %-kcsan,$(1)),$(SOAK_INSTANCES))
 
-# The reproducer posting's module selftest: its test module is built with
-# the driver, its script goes to the guest's /lib/kselftest/module/.
-REPRO_SELFTEST := $(wildcard $(TREE)/repro/*-selftests-module-*.patch)
-SELFTEST_MODULE := lib/test_module_init_held.c
+# The module posting's selftest: its test module is built with the driver,
+# its script goes to the guest's /lib/kselftest/module/ and the tree's
+# ktap_helpers.sh to /lib/kselftest/kselftest/ (on 6.1, which has none,
+# the one the posting adds).
+MODULE_SELFTEST := $(wildcard $(TREE)/module/*-selftests-module-*.patch)
+SELFTEST_MODULE := lib/tests/module/test_module_init_held.c
 SELFTEST_SCRIPT := tools/testing/selftests/module/init_fail_held.sh
+KTAP_HELPERS := tools/testing/selftests/kselftest/ktap_helpers.sh
+KTAP_HELPERS_PATCH := $(wildcard $(TREE)/module/*-selftests-kselftest-add-ktap_helpers.sh.patch)
 # new_file PATCH PATH: what PATCH writes to PATH, a file it creates.
 new_file = awk -v f='+++ b/$(2)' '$$0 == f { on = 1; next } on && /^@@/ { next } \
 	on && /^\+/ { print substr($$0, 2); next } on { exit }' $(1)
 
-$(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(REPRO_SELFTEST) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
-	@mkdir -p $(@D)/kselftest/module
+$(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(MODULE_SELFTEST) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
+	@mkdir -p $(@D)/kselftest/module $(@D)/kselftest/kselftest
 	@rm -f $(@D)/*.[ch] $(@D)/*.o $(@D)/*.ko
 	@cp $(DRIVER_SOURCES) $(@D)/
-	@$(call new_file,$(REPRO_SELFTEST),$(SELFTEST_MODULE)) > $(@D)/$(notdir $(SELFTEST_MODULE))
-	@$(call new_file,$(REPRO_SELFTEST),$(SELFTEST_SCRIPT)) > $(@D)/kselftest/module/$(notdir $(SELFTEST_SCRIPT))
+	@$(call new_file,$(MODULE_SELFTEST),$(SELFTEST_MODULE)) > $(@D)/$(notdir $(SELFTEST_MODULE))
+	@$(call new_file,$(MODULE_SELFTEST),$(SELFTEST_SCRIPT)) > $(@D)/kselftest/module/$(notdir $(SELFTEST_SCRIPT))
+	@$(if $(KTAP_HELPERS_PATCH),$(call new_file,$(KTAP_HELPERS_PATCH),$(KTAP_HELPERS)) >,cp $(PRISTINE)/$(KTAP_HELPERS)) \
+		$(@D)/kselftest/kselftest/$(notdir $(KTAP_HELPERS))
 	@for i in $$(seq 0 $$(($(or $(call soak_instances,$*),0) - 1))); do \
 		echo '#include "main.c"' > $(@D)/raceblk_s$${i}_main.c; \
 		echo '#include "scsi.c"' > $(@D)/raceblk_s$${i}_scsi.c; \
@@ -511,7 +517,7 @@ series-check: deps
 	$(call install_missing,$(SERIES_PACKAGES))
 	@kernel-patches/series-check
 
-# The postings (block, module, repro) as patches to send, signed by whoever
+# The postings (block, module, zram) as patches to send, signed by whoever
 # runs it (git config user.name and user.email): build/TREE/series-export/,
 # TREE kernel-patches/posting-tree's unless KERNEL is given.
 POSTING_TREE := $(shell sed '/^\#/d' kernel-patches/posting-tree)

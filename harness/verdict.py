@@ -216,6 +216,7 @@ FIXED_DEFAULTS: Dict[str, Dict[str, str]] = {
 	'read_done': {'read_done': 'OK'},
 	'tainted': {'tainted': 'yes', 'kernel_tainted': 'yes'},
 	'getput': {'getput': 'OK'},
+	'kselftest': {'totals': 'printed'},
 }
 # What an rmmod may give while loads race it: OK, ENOENT (none loaded),
 # EBUSY (one coming), EAGAIN (kept while held).

@@ -1,5 +1,5 @@
 # Other drivers: the SCSI midlayer's (scsi_debug, ata_piix, sd), the
-# in-tree null_blk, and the reproducer posting's module selftest.
+# in-tree null_blk, and the module posting's selftest.
 
 # scsi_scan:sync|async: the SCSI midlayer's scan order for the hosts added
 # from now on (scsi_mod.scan, writable at run time).
@@ -496,12 +496,13 @@ act_own_reaped() {
 	act_mod_reaped "$OWN_NAME"
 }
 
-# --- the module selftest of the reproducer posting -------------------------
+# --- the module posting's selftest -------------------------------------------
 
-# kselftest:TEST: run /lib/kselftest/TEST (a selftest of the reproducer
-# posting, kernel-patches/TREE/repro/) with its test module from
-# /lib/modules: its TAP results in order, "ok" or "not_ok", joined by
-# commas.  A test an oops killed ends its results there.
+# kselftest:TEST: run /lib/kselftest/TEST (the module posting's selftest,
+# kernel-patches/TREE/module/) with its test module from /lib/modules: its
+# KTAP results in order, "ok", "not_ok" or "skip", joined by commas, and
+# whether it printed its totals (totals: printed or none).  A test an oops
+# killed ends its results there.
 act_kselftest() {
 	local pid got
 
@@ -514,7 +515,16 @@ act_kselftest() {
 	# shellcheck disable=SC2046 # pgrep's list of PIDs
 	[ -z "$SETTLED" ] || kill $(pgrep -P "$pid") "$pid" 2>/dev/null
 	sed 's/^/kselftest: /' /tmp/kselftest.out
-	got=$(sed -n 's/^\(not ok\|ok\) [0-9].*/\1/p' /tmp/kselftest.out | tr ' ' _ | paste -s -d ,)
+	got=$(awk '/^(not )?ok [0-9]/ {
+		r = "ok"
+		if ($1 == "not")
+			r = "not_ok"
+		else if (/# SKIP/)
+			r = "skip"
+		printf "%s%s", sep, r
+		sep = ","
+	}' /tmp/kselftest.out)
 	echo "${SETTLED:+$1: $SETTLED}"
 	obs kselftest "${got:-no results}"
+	obs totals "$(grep -q '^# Totals: ' /tmp/kselftest.out && echo printed || echo none)"
 }
