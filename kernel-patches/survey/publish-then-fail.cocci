@@ -5,6 +5,9 @@
 /// and can fail afterwards: if the holder's reference outlives the failed
 /// init, the module is freed under it.
 ///
+/// An init function is module_init()'s, or an *_initcall()'s in a file
+/// with a module_exit() (a module's, once built as one).
+///
 /// A publication is a call of one of PUBLISHERS, or of a function of the
 /// same file that makes one (at any depth).  "Can fail afterwards": a path
 /// from the publication passes a later call whose result the code uses
@@ -57,11 +60,24 @@ def result_used(pos, name):
 	return re.search(r"(=|\bif\s*\(|\bwhile\s*\(|\breturn\b|!|&&|\|\|).*\b%s\s*\("
 			 % re.escape(name), line)
 
+// In a module every *_initcall() is module_init(): run/ reads a file that
+// declares its init so only when it also has a module_exit().
 @initfn@
 identifier fn;
-declarer name module_init;
+declarer name module_init, device_initcall, late_initcall, subsys_initcall,
+	      fs_initcall;
 @@
+(
 module_init(fn);
+|
+device_initcall(fn);
+|
+late_initcall(fn);
+|
+subsys_initcall(fn);
+|
+fs_initcall(fn);
+)
 
 @call@
 identifier X;
