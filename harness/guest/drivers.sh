@@ -92,6 +92,18 @@ catch_load() {
 	HELD=$(holder_answer)
 }
 
+# load_needed KO [PARAMS...]: load a module an action needs before the
+# one it tries; one already loaded will do.  False, saying why, if it
+# does not load.
+load_needed() {
+	local answer
+
+	answer=$(modctl load "$@")
+	case $answer in OK | EEXIST) return 0 ;; esac
+	echo "cannot load ${1##*/}: $answer"
+	return 1
+}
+
 # load_held TRIES KO NAME DISK PARAMS...: catch_load until a load failed
 # with DISK held, up to TRIES loads: a load the holder did not catch so
 # (the failure came before DISK, the teardown came first, or init did not
@@ -171,12 +183,8 @@ act_nullb_held() {
 # Then the holder closes /dev/ubi_ctrl.  load: the last load's answer;
 # close: the close's answer or fate, or "unheld".
 act_ubi_held() {
-	local answer
-
-	answer=$(modctl load /lib/modules/mtd.ko)
-	[ "$answer" = OK ] || { echo "cannot load mtd: $answer"; return 1; }
-	answer=$(modctl load /lib/modules/mtdram.ko "total_size=$UBI_MTD_KIB" erase_size=128)
-	[ "$answer" = OK ] || { echo "cannot load mtdram: $answer"; return 1; }
+	load_needed /lib/modules/mtd.ko || return 1
+	load_needed /lib/modules/mtdram.ko "total_size=$UBI_MTD_KIB" erase_size=128 || return 1
 	load_held "$HELD_TRIES" /lib/modules/ubi.ko ubi ubi_ctrl mtd=0 mtd=absent || return 1
 	obs load "$LOAD"
 	close_held close
@@ -352,14 +360,13 @@ fault_window() {
 # module went (none, or their names): a driver whose failed init leaves a
 # device behind.
 act_fault_held() {
-	local dep window answer
+	local dep window
 
 	fault_driver "$1" || { echo "fault_held: no driver $1"; return 1; }
 	fault_setup || return 1
 	for dep in $FD_DEPS; do
 		[ -e "$dep" ] || continue
-		answer=$(modctl load "$dep")
-		[ "$answer" = OK ] || [ "$answer" = EEXIST ] || { echo "cannot load $dep: $answer"; return 1; }
+		load_needed "$dep" || return 1
 	done
 	# shellcheck disable=SC2086 # FD_PARAMS is a word list
 	window=$(fault_window "$FD_KO" "$FD_DEV" $FD_PARAMS)
@@ -403,16 +410,14 @@ OWN_CONF=/lib/raceblk/own.conf
 # own_conf: read OWN_CONF and load OWN_DEPS, once; false without it, or
 # when a module it needs does not load (the user's would fail for that).
 own_conf() {
-	local dep answer
+	local dep
 
 	[ -z "$OWN_NAME" ] || return 0
 	[ -f "$OWN_CONF" ] || { echo "no $OWN_CONF: harness/run --module sends it"; return 1; }
 	# shellcheck source=/dev/null
 	. "$OWN_CONF"
 	for dep in $OWN_DEPS; do
-		answer=$(modctl load "$dep")
-		echo "needs ${dep##*/}: $answer"
-		[ "$answer" = OK ] || { OWN_NAME=; return 1; }
+		load_needed "$dep" || { OWN_NAME=; return 1; }
 	done
 }
 
