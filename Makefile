@@ -510,8 +510,7 @@ race-demo: deps
 
 # Every prefix of the series builds and is checkpatch --strict clean; the
 # series also builds with CONFIG_MODULE_UNLOAD=n and CONFIG_MODULES=n.
-# checkpatch.pl checks SPDX identifiers with scripts/spdxcheck.py, which
-# needs ply and GitPython: without them every identifier passes unread.
+# checkpatch's SPDX check needs these (kernel-patches/series-lib).
 SERIES_PACKAGES := python3-ply python3-git
 series-check: deps
 	$(call install_missing,$(SERIES_PACKAGES))
@@ -524,6 +523,7 @@ POSTING_TREE := $(shell sed '/^\#/d' kernel-patches/posting-tree)
 EXPORT_TREE := $(if $(filter command line environment,$(origin KERNEL)),$(KERNEL),$(POSTING_TREE))
 series-export:
 	@$(MAKE) --no-print-directory deps KERNEL=$(EXPORT_TREE)
+	$(call install_missing,$(SERIES_PACKAGES))
 	@KERNEL=$(EXPORT_TREE) KERNEL_TARBALL= kernel-patches/series-export
 
 # The module init functions of the tree (KERNEL, or the posting tree's)
