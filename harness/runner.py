@@ -29,6 +29,7 @@ import dataclasses
 import fcntl
 import fnmatch
 import hashlib
+import json
 import os
 import pathlib
 import re
@@ -47,8 +48,10 @@ import guestvm
 import ownmod
 import plan
 import reports
+import results
 import verdict
 from plan import Scenario
+from results import Record, Report, Run, RunSummary, Status, Step, Verdict
 
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
@@ -583,124 +586,118 @@ class Runner:
 			outcome = (f'fault: harness error judging the observations: '
 				   f'{traceback.format_exc().strip().splitlines()[-1]} (traceback in {workdir.name}/traceback)')
 		if guestvm.stopping():
-			judged = verdict.Verdict('SKIP', 'interrupted')
+			judged = Verdict.cut_short()
 		else:
 			judged = verdict.judge(scenario, ktap, texts['console.log'], outcome,
 					       self.timeout_of(scenario.variant))
-		run = run_record(k, judged, seconds, str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
-				 [step.__dict__ for step in ktap.steps], texts['ktap'], texts['console.log'])
+		run = run_of(k, judged, seconds, str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
+			     ktap.steps, texts['ktap'], texts['console.log'])
 		self.print_run(scenario, run)
 		return run
 
-	def print_run(self, scenario: Scenario, run: Dict) -> None:
+	def print_run(self, scenario: Scenario, run: Run) -> None:
 		"""One line a run: PASS, or XFAIL when it passed by reproducing the
 		crash its case expects (never mistaken for a clean pass), FAIL,
 		SKIP or ERROR; [n/N] on a terminal."""
-		name = scenario.name + ('' if self.opts.repeat == 1 else f' #{run["run"]}')
-		word = 'XFAIL' if run['verdict'] == 'PASS' and run['xfail'] else run['verdict']
-		proof = f'  expected: {run["xfail"]}' if word == 'XFAIL' else ''
+		name = scenario.name + ('' if self.opts.repeat == 1 else f' #{run.number}')
+		word = 'XFAIL' if run.verdict.is_xfail else str(run.verdict.status)
+		proof = f'  expected: {run.verdict.xfail}' if run.verdict.is_xfail else ''
 		with self.print_lock:
 			self.done += 1
-			line = f'{word:<5} {name:<45} {run["seconds"]:5.1f}s{proof}'
+			line = f'{word:<5} {name:<45} {run.seconds:5.1f}s{proof}'
 			if sys.stdout.isatty():
 				# One line a run on a terminal: the logs have the rest.
 				line = f'[{self.done}/{self.total}] {line}'[:shutil.get_terminal_size().columns]
 			print(line, flush=True)
-			for title in run['known_reports']:
+			for title in run.known_reports:
 				print(f'      known report, not the series\' (docs/reliability.md): {title}', flush=True)
 
 
-def run_record(k: int, judged: verdict.Verdict, seconds: float = 0.0, logs: str = '',
-	       results: Sequence[Dict] = (), ktap: str = '', console: str = '') -> Dict:
-	"""Run K's record: its verdict, and what the guest left (nothing for a
-	run that never booted)."""
-	reports = verdict.console_reports(console)
-	return {'run': k, 'verdict': judged.verdict, 'reason': judged.reason, 'proof': judged.proof,
-		'directive': judged.directive, 'xfail': judged.xfail, 'seconds': round(seconds, 3),
-		'crash_summary': verdict.crash_summary(console), 'logs': logs, 'results': list(results),
-		'crash': reports.crash_lines, 'known_reports': reports.known, 'ktap': ktap, 'console': console}
+def run_of(k: int, judged: Verdict, seconds: float = 0.0, logs: str = '',
+	   steps: Sequence[Step] = (), ktap: str = '', console: str = '') -> Run:
+	"""Run K: its verdict, and what the guest left (nothing for a run that
+	never booted)."""
+	found = verdict.console_reports(console)
+	return Run(k, judged, round(seconds, 3), logs, list(steps), ktap, console, found.crash_lines,
+		   found.known, verdict.crash_summary(console))
 
 
 NOT_RUN_REASON = 'it loads modules built for another kernel, which --bzimage does not build'
 
 
-def not_run_record(scenario: Scenario) -> Dict:
+def not_run_record(scenario: Scenario) -> Record:
 	"""The record of a scenario --bzimage cannot run: a SKIP with why."""
-	return aggregate(scenario, [run_record(1, verdict.Verdict('SKIP', NOT_RUN_REASON))], 1)
+	return aggregate(scenario, [run_of(1, Verdict(Status.SKIP, NOT_RUN_REASON))], 1)
 
 
-def aggregate(scenario: Scenario, runs: List[Dict], repeat: int) -> Dict:
+def aggregate(scenario: Scenario, runs: List[Run], repeat: int) -> Record:
 	"""One record for every run of a scenario: with --repeat, it passes
 	only if every run passed; runs that disagree are FLAKY."""
-	first_bad = next((r for r in runs if r['verdict'] not in ('PASS', 'SKIP')), None)
+	first_bad = next((r for r in runs if r.verdict.status not in (Status.PASS, Status.SKIP)), None)
 	# A run cut short by a signal says nothing: neither do the others.
-	first_bad = first_bad or next((r for r in runs if r['reason'] == 'interrupted'), None)
+	first_bad = first_bad or next((r for r in runs if r.verdict.interrupted), None)
 	shown = first_bad or runs[0]
-	record = {'name': scenario.name, 'variant': scenario.variant, 'id': scenario.id,
-		  'image': scenario.image, 'line': scenario.line, 'params': list(scenario.params),
-		  'steps': list(scenario.steps), 'console_expected': scenario.console}
-	record.update({k: shown[k] for k in ('verdict', 'reason', 'proof', 'directive', 'xfail', 'logs',
-					     'results', 'crash', 'crash_summary', 'ktap')})
-	record['seconds'] = round(sum(r['seconds'] for r in runs), 3)
-	record['console_excerpt'] = verdict.crash_excerpt(shown['console']) if first_bad else ''
-	if first_bad and not record['console_excerpt']:
-		record['console_excerpt'] = '\n'.join(shown['console'].splitlines()[-20:])
-	if repeat > 1 and shown['reason'] != 'interrupted':
-		passed = sum(r['verdict'] == 'PASS' for r in runs)
-		record['runs'] = [{k: r[k] for k in ('run', 'verdict', 'reason', 'seconds', 'logs')} for r in runs]
+	excerpt = verdict.crash_excerpt(shown.console) if first_bad else ''
+	if first_bad and not excerpt:
+		excerpt = '\n'.join(shown.console.splitlines()[-20:])
+	record = Record(scenario.name, scenario.variant, scenario.id, scenario.image, scenario.line,
+			list(scenario.params), list(scenario.steps), scenario.console,
+			dataclasses.replace(shown.verdict), shown.logs, shown.steps, shown.crash, shown.crash_summary,
+			shown.ktap, round(sum(r.seconds for r in runs), 3), excerpt)
+	if repeat > 1 and not shown.verdict.interrupted:
+		passed = sum(r.verdict.status == Status.PASS for r in runs)
+		record.runs = [RunSummary(r.number, r.verdict.status, r.verdict.reason, r.seconds, r.logs) for r in runs]
 		if first_bad is None:
-			record['proof'] = f'{passed}/{repeat} {record["proof"]}'.strip()
+			record.verdict.proof = f'{passed}/{repeat} {record.verdict.proof}'.strip()
 		else:
 			flaky = 'FLAKY: ' if passed else ''
-			record['reason'] = (f'{flaky}{passed}/{repeat} runs passed; run {first_bad["run"]}: '
-					    f'{first_bad["reason"]}')
+			record.verdict.reason = (f'{flaky}{passed}/{repeat} runs passed; run {first_bad.number}: '
+						 f'{first_bad.verdict.reason}')
 	return record
 
 
-def symbolise(record: Dict) -> None:
+def symbolise(record: Record) -> None:
 	"""The crash excerpt through scripts/decode_stacktrace.sh with the
 	variant's vmlinux and module, where that works."""
-	if not record['crash'] or not record['console_excerpt']:
+	if not record.crash or not record.console_excerpt:
 		return
-	variant = record['variant']
+	variant = record.variant
 	src = BUILD / 'kernel' / variant / 'src'
 	vmlinux = BUILD / 'kernel' / variant / 'obj/vmlinux'
 	script = src / 'scripts/decode_stacktrace.sh'
 	if not script.is_file() or not vmlinux.is_file():
 		return
 	try:
-		done = subprocess.run([script, vmlinux, src, BUILD / 'driver' / variant], input=record['console_excerpt'],
+		done = subprocess.run([script, vmlinux, src, BUILD / 'driver' / variant], input=record.console_excerpt,
 				      capture_output=True, text=True, timeout=60, check=False)
 	except subprocess.TimeoutExpired:
 		return
 	if done.returncode == 0 and done.stdout.strip():
-		record['console_excerpt'] = done.stdout.rstrip('\n')
+		record.console_excerpt = done.stdout.rstrip('\n')
 
 
-def report_failure(record: Dict, own_image: bool, own_expected: bool) -> None:
-	print(f'--- {record["name"]}: {record["reason"]}')
-	for step in record['results']:
-		if step['ok'] is False:
-			for line in step['diagnostics']:
+def report_failure(record: Record, own_image: bool, own_expected: bool) -> None:
+	print(f'--- {record.name}: {record.verdict.reason}')
+	for step in record.results:
+		if step.ok is False:
+			for line in step.diagnostics:
 				print(f'    # {line}')
-			print(f'    not ok {step["number"]} {step["name"]}')
-	if own_image and not own_expected and any(s['ok'] is False and s['name'] == 'partitions'
-						   for s in record['results']):
+			print(f'    not ok {step.number} {step.name}')
+	if own_image and not own_expected and any(s.ok is False and s.name == 'partitions'
+						   for s in record.results):
 		print('    note: the golden table is parted\'s reading: here the kernel and parted disagree.')
 		print('    If the kernel is right for this disk, give its table with --expected.')
-	if record['console_excerpt']:
-		print('    console (crash):' if record['crash'] else '    console (last lines):')
-		for line in record['console_excerpt'].splitlines()[:30]:
+	if record.console_excerpt:
+		print('    console (crash):' if record.crash else '    console (last lines):')
+		for line in record.console_excerpt.splitlines()[:30]:
 			print(f'      {line}')
-	print(f'    logs: {record["logs"]}/')
+	print(f'    logs: {record.logs}/')
 
 
-def write_reports(run: Dict) -> None:
+def write_reports(run: Report) -> None:
 	RESULTS.mkdir(parents=True, exist_ok=True)
-	for record in run['scenarios']:
-		record.pop('console', None)
-	reports.write_json(RESULTS / 'results.json', run)
-	reports.write_file(RESULTS / 'results.ktap', reports.ktap(run['scenarios']).encode())
+	reports.write_file(RESULTS / 'results.json', run.dumps().encode())
+	reports.write_file(RESULTS / 'results.ktap', reports.ktap(run.scenarios).encode())
 	reports.write_file(RESULTS / 'junit.xml', reports.junit(run))
 
 
@@ -753,10 +750,10 @@ class Signals:
 		return self.caught[0] if self.caught else None
 
 
-def run_all(runner: Runner, opts: argparse.Namespace, signals: Signals) -> List[Dict]:
+def run_all(runner: Runner, opts: argparse.Namespace, signals: Signals) -> List[Record]:
 	"""Every scenario on a pool of -j threads, each driving its guest's
 	QEMU; after a signal, the records of the scenarios that finished."""
-	runs: Dict[int, List[Dict]] = {}
+	runs: Dict[int, List[Run]] = {}
 	with concurrent.futures.ThreadPoolExecutor(opts.jobs) as pool:
 		futures = {}
 		for index, scenario in enumerate(runner.scenarios):
@@ -775,7 +772,7 @@ def run_all(runner: Runner, opts: argparse.Namespace, signals: Signals) -> List[
 				runs.setdefault(index, []).append(future.result())
 	records = []
 	for index, scenario in enumerate(runner.scenarios):
-		done = sorted(runs.get(index, []), key=lambda r: r['run'])
+		done = sorted(runs.get(index, []), key=lambda r: r.number)
 		if len(done) == opts.repeat:
 			records.append(aggregate(scenario, done, opts.repeat))
 	return records
@@ -823,7 +820,7 @@ def main(argv: List[str]) -> int:
 	scenarios = compile_plan(opts)
 	names = [s.name for s in scenarios]
 	if opts.matrix:
-		text = reports.json.dumps(reports.matrix(names, opts.matrix, opts.variants, opts.filter.split(), plan.current_tree()))
+		text = json.dumps(reports.matrix(names, opts.matrix, opts.variants, opts.filter.split(), plan.current_tree()))
 		RESULTS.mkdir(parents=True, exist_ok=True)
 		(RESULTS / 'matrix.json').write_text(text + '\n')
 		print(text)
@@ -845,7 +842,7 @@ def main(argv: List[str]) -> int:
 	RESULTS.mkdir(parents=True, exist_ok=True)
 	started = time.time()
 	signals = Signals()
-	records: List[Dict] = []
+	records: List[Record] = []
 	boots = 'no boots'
 	try:
 		# Sockets under /tmp: a unix socket's path has at most 107 bytes.
@@ -867,31 +864,28 @@ def main(argv: List[str]) -> int:
 	signum = signals.first
 	if not signum:
 		for record in records:
-			if record['verdict'] in ('FAIL', 'ERROR'):
+			if record.status.failed:
 				symbolise(record)
-	run = {'version': 1, 'started': started, 'seconds': round(time.time() - started, 3),
-	       'tree': plan.current_tree(), 'variants': opts.variants, 'accel': runner.accel, 'vcpus': opts.vcpus,
-	       'boots': boots, 'jobs': opts.jobs,
-	       'timeout_s': opts.timeout, 'repeat': opts.repeat, 'filter': opts.filter,
-	       'interrupted': signal.Signals(signum).name if signum else None,
-	       'planned': len(scenarios) + len(opts.not_run), 'scenarios': records}
+	run = Report(started, round(time.time() - started, 3), plan.current_tree(), opts.variants, runner.accel,
+		     opts.vcpus, boots, opts.jobs, opts.timeout, opts.repeat, opts.filter,
+		     signal.Signals(signum).name if signum else None, len(scenarios) + len(opts.not_run), records)
 	write_reports(run)
-	reports.write_file(RESULTS / 'matrix.json', (reports.json.dumps(
+	reports.write_file(RESULTS / 'matrix.json', (json.dumps(
 		reports.matrix(names, 4, opts.variants, opts.filter.split(), plan.current_tree())) + '\n').encode())
 	for record in records:
-		if record['verdict'] in ('FAIL', 'ERROR'):
+		if record.status.failed:
 			report_failure(record, bool(opts.image), bool(opts.expected))
 	print(f'results: {SHOWN}/results/ (results.json, results.ktap, junit.xml, matrix.json, '
 	      'per scenario console.log and ktap)')
-	count = reports.totals(records)
-	failed = count['failed'] + count['errors']
+	count = results.totals(records)
+	failed = count.failed + count.errors
 	if digest is not None:
 		if sha256_of(opts.image) == digest:
 			print(f'harness: {opts.image} unchanged (sha256 {digest})')
 		else:
 			print(f'harness: {opts.image} CHANGED during the run', file=sys.stderr)
 			failed += 1
-	skipped = count['skipped']
+	skipped = count.skipped
 	if opts.not_run:
 		print(f'harness: {len(opts.not_run)} scenarios skipped, as each says: {NOT_RUN_REASON} '
 		      f'({", ".join(s.name for s in opts.not_run[:4])}' + (', ...)' if len(opts.not_run) > 4 else ')'))
@@ -901,11 +895,11 @@ def main(argv: List[str]) -> int:
 		print(f'harness: interrupted by {signal.Signals(signum).name}: {finished} of '
 		      f'{len(scenarios)} scenarios finished; the rest count as skipped')
 	del lock
-	xfail = sum(1 for r in records if r['verdict'] == 'PASS' and r['xfail'])
+	xfail = sum(1 for r in records if r.verdict.is_xfail)
 	if xfail:
 		print(f'harness: {xfail} of the passes are XFAIL: the kernel crashed or warned as the case '
 		      'expects (the bug it reproduces, or the warning of the design it shows)')
-	print(f'{count["passed"]} passed, {failed} failed, {skipped} skipped', flush=True)
+	print(f'{count.passed} passed, {failed} failed, {skipped} skipped', flush=True)
 	if signum:
 		return 128 + signum
 	return 1 if failed else 0

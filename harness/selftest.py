@@ -39,6 +39,7 @@ import guestvm  # noqa: E402
 import golden  # noqa: E402
 import plan  # noqa: E402
 import reports  # noqa: E402
+import results  # noqa: E402
 import verdict  # noqa: E402
 
 TABLE = plan.TABLE
@@ -92,8 +93,8 @@ class FakeBuild:
 		return subprocess.Popen([str(HARNESS / 'run'), *args], env=self.env(mode), text=True,
 					stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
-	def results(self) -> dict:
-		return json.loads((self.build / 'results/results.json').read_text())
+	def results(self) -> results.Report:
+		return results.Report.load(self.build / 'results/results.json')
 
 	def guests_left(self) -> list:
 		"""Fake QEMUs of this build still running."""
@@ -137,22 +138,23 @@ class Case(unittest.TestCase):
 	def assertReportsReadable(self):
 		"""results.json loads, junit.xml validates against the Jenkins/Ant
 		schema, results.ktap parses with the kernel's kunit_parser."""
-		results = self.fake.results()
+		report = self.fake.results()
 		junit = self.fake.build / 'results/junit.xml'
 		ET.parse(junit)
 		check = subprocess.run(['xmllint', '--noout', '--schema', str(XSD), str(junit)],
 				       capture_output=True, text=True, check=False)
 		self.assertEqual(check.returncode, 0, check.stderr)
 		self.assertKunitParses()
-		return results
+		return report
 
 
 	def assertKunitParses(self):
-		"""results.ktap parses with the kernel's kunit_parser (skipped,
-		and so reported, without it)."""
+		"""results.ktap parses with the kernel's kunit_parser, when there
+		is one (Reports.test_kunit_parser_present says whether the
+		parser's checks ran: a missing parser skips no other check)."""
 		tool = kunit_tool()
 		if not (tool / 'kunit_parser.py').is_file():
-			self.skipTest(f'no kunit_parser.py in {tool} (make check extracts it)')
+			return
 		parse = subprocess.run([sys.executable, '-c', 'import sys, kunit_parser; '
 					'kunit_parser.parse_run_tests(open(sys.argv[1]).readlines())',
 					str(self.fake.build / 'results/results.ktap')],
@@ -232,8 +234,8 @@ class Faults(Case):
 		self.assertEqual(done.returncode, 1)
 		self.assertSummary(done, 0, 1, 0)
 		self.assertIn('fake failure to start', done.stdout)
-		record = self.assertReportsReadable()['scenarios'][0]
-		self.assertEqual(record['verdict'], 'ERROR')
+		record = self.assertReportsReadable().scenarios[0]
+		self.assertEqual(record.status, results.Status.ERROR)
 		junit = ET.parse(self.fake.build / 'results/junit.xml')
 		self.assertIsNotNone(junit.find('.//testcase/error'))
 
@@ -329,6 +331,22 @@ class Faults(Case):
 
 class Reports(Case):
 	"""What CI tools read."""
+
+	def test_kunit_parser_present(self):
+		# The other tests parse results.ktap with it when it is there:
+		# without it, this skip says those checks did not run.
+		tool = kunit_tool()
+		if not (tool / 'kunit_parser.py').is_file():
+			self.skipTest(f'no kunit_parser.py in {tool} (make check extracts it): '
+				      'results.ktap was not parsed with it')
+
+	def test_results_json_round_trips(self):
+		# What results.json holds is the model's, key for key.
+		for repeat in ('1', '2'):
+			done = self.fake.run('crash', '--repeat', repeat, '--filter', 'vanilla/before_add_disk/*')
+			self.assertSummary(done, 0, 1, 0)
+			path = self.fake.build / 'results/results.json'
+			self.assertEqual(results.Report.load(path).dumps(), path.read_text())
 
 	def test_control_characters_in_output(self):
 		done = self.fake.run('control', '--filter', 'vanilla/before_add_disk/*')
@@ -770,7 +788,7 @@ class Input(unittest.TestCase):
 		self.assertEqual(args[args.index('-accel') + 1], 'tcg,thread=multi')
 
 	def test_soak_rows_are_valid(self):
-		soak = load_soak()
+		soak = load_script('soak')
 		for argv in ([], ['--faults', '--cycles', '300'], ['--ungated', '--runs', '20', '--variant', 'vanilla-debug'],
 			     ['--ungated=reload', '--cycles', '1', '--runs', '200', '--vcpus', '1']):
 			with tempfile.TemporaryDirectory() as tmp, self.subTest(argv=argv):
@@ -781,7 +799,7 @@ class Input(unittest.TestCase):
 	def test_ungated_rate_counts_loads_from_the_console(self):
 		# A run an oops ended at its third load counts three loads and a
 		# hit; a clean run its cycles; a hung one no hit.
-		soak = load_soak()
+		soak = load_script('soak')
 		consoles = {'hit': 3, 'clean': 5, 'hung': 2}
 		(HARNESS.parent / 'build').mkdir(exist_ok=True)
 		with tempfile.TemporaryDirectory(dir=HARNESS.parent / 'build') as tmp:
@@ -792,9 +810,11 @@ class Input(unittest.TestCase):
 				lines = [f'[    1.0{n}] soak: cycle {n}: raceblk_s{n % 4} fail_at=late hold=0 openers=2'
 					 for n in range(cycles)]
 				(logs / 'console.log').write_text('\n'.join(lines + ['[    2.00] soak: cycle 1: holder opens x']))
-				records.append({'logs': str(logs.relative_to(HARNESS.parent)),
-						'verdict': 'PASS' if name == 'clean' else 'FAIL',
-						'crash': ['BUG: unable to handle page fault'] if name == 'hit' else []})
+				status = results.Status.PASS if name == 'clean' else results.Status.FAIL
+				records.append(results.Record(f'vanilla/soak_{name}/one-sector', 'vanilla', f'soak_{name}',
+							      'one-sector', 1, [], [], '-', results.Verdict(status),
+							      logs=str(logs.relative_to(HARNESS.parent)),
+							      crash=['BUG: unable to handle page fault'] if name == 'hit' else []))
 			line = soak.ungated_rate(records, 'openers')
 		self.assertIn('1 of 10 loads ended in a kernel report (10.0%), in 3 run(s); '
 			      '1 run(s) failed without one', line)
@@ -938,9 +958,9 @@ class BzImage(unittest.TestCase):
 		self.addCleanup(fake.close)
 		done = fake.run('pass', '--filter', '*/vermagic_release/* */bad_hold/*', env={'RACEBLK_NO_FOREIGN': '1'})
 		self.assertEqual(done.stdout.strip().splitlines()[-1], '1 passed, 0 failed, 1 skipped', done.stdout)
-		skipped = [r for r in fake.results()['scenarios'] if r['verdict'] == 'SKIP']
-		self.assertEqual([r['name'] for r in skipped], ['vanilla/vermagic_release/mbr-primary'])
-		self.assertIn('modules built for another kernel', skipped[0]['reason'])
+		skipped = [r for r in fake.results().scenarios if r.status == results.Status.SKIP]
+		self.assertEqual([r.name for r in skipped], ['vanilla/vermagic_release/mbr-primary'])
+		self.assertIn('modules built for another kernel', skipped[0].verdict.reason)
 		self.assertIn('<skipped message="it loads modules built for another kernel',
 			      (fake.build / 'results/junit.xml').read_text())
 
@@ -1142,13 +1162,31 @@ class GuestSteps(unittest.TestCase):
 		self.assertIn('no after_add_disk among the failure points', done.stdout)
 
 
-def load_soak():
-	"""harness/soak as a module (its file has no .py)."""
-	loader = importlib.machinery.SourceFileLoader('soak', str(HARNESS / 'soak'))
-	soak = types.ModuleType(loader.name)
-	soak.__file__ = loader.path
-	loader.exec_module(soak)
-	return soak
+def load_script(name: str) -> types.ModuleType:
+	"""harness/NAME, a program whose file has no .py, as a module."""
+	loader = importlib.machinery.SourceFileLoader(name.replace('-', '_'), str(HARNESS / name))
+	module = types.ModuleType(loader.name)
+	module.__file__ = loader.path
+	loader.exec_module(module)
+	return module
+
+
+class RaceDemo(unittest.TestCase):
+	"""The main job's table, from canned results (harness/selftest/race-demo/)."""
+
+	def test_every_row_names_a_case(self):
+		race_demo = load_script('race-demo')
+		cases, errors = plan.parse_cases(TABLE)
+		self.assertEqual(errors, [])
+		ids = {case.id for case in cases}
+		run = {s.id for tree in plan.trees()
+		       for s in plan.scenarios(TABLE, plan.default_variants(), tree=tree)
+		       if s.image == plan.DEFAULT_IMAGE}
+		for backend, rows in race_demo.ROWS.items():
+			for label, id_, _ in rows:
+				self.assertTrue(id_ in ids, f'{backend} row "{label}": no case {id_} in {TABLE}')
+				self.assertTrue(id_ in run, f'{backend} row "{label}": case {id_} runs on no tree\'s '
+					      f'default variants on image {plan.DEFAULT_IMAGE}')
 
 
 @unittest.skipUnless(shutil.which('gcc'), 'needs gcc')
@@ -1508,7 +1546,7 @@ class HostJudges(unittest.TestCase):
 		verdict.compare_observations(scenario, ktap)
 		console = f'[    1.000000] {verdict.scenario_marker(scenario)}\n'
 		judged = verdict.judge(scenario, ktap, console, 'exited', 60)
-		self.assertEqual((judged.verdict, judged.reason), ('FAIL', 'not ok 1 load=EIO: observed load=OK, expected EIO'))
+		self.assertEqual((judged.status, judged.reason), (results.Status.FAIL, 'not ok 1 load=EIO: observed load=OK, expected EIO'))
 
 
 class Summary(unittest.TextTestResult):

@@ -17,6 +17,7 @@ import plan
 from golden import HARNESS
 from guestvm import QUIET_AFTER_REPORT_S
 from plan import Scenario
+from results import Status, Step, Verdict
 
 # The crash titles (harness/guest/crash-titles, the guest's list too).
 # Its last one is an x86 die() header ("Oops: 0000 [#1]"): it ends the
@@ -174,20 +175,6 @@ def crash_summary(console: str) -> str:
 	rip, comm = RIP_RE.search(after), COMM_RE.search(after)
 	where = f' in {rip.group(1)}' if rip and ' in ' not in title else ''
 	return f'{title}{where}' + (f' ({comm.group(1)})' if comm else '')
-
-
-@dataclasses.dataclass
-class Step:
-	number: int
-	name: str
-	ok: Optional[bool]		# None: the guest never reported it
-	diagnostics: List[str]
-	seconds: Optional[float] = None
-	# What an action saw ("# obs KEY=VALUE"), what the case expected of
-	# it, and how they differ ('' when they agree).
-	observed: Dict[str, str] = dataclasses.field(default_factory=dict)
-	expected: Optional[str] = None
-	mismatch: str = ''
 
 
 OBS_PREFIX = 'obs '
@@ -425,15 +412,6 @@ def parse_ktap(text: str, sent_steps: List[str]) -> Ktap:
 	return ktap
 
 
-@dataclasses.dataclass
-class Verdict:
-	verdict: str			# PASS, FAIL, SKIP or ERROR (the harness, not the kernel)
-	reason: str = ''
-	proof: str = ''			# PASS: the expected console line
-	directive: str = ''		# KTAP: TIMEOUT or ERROR for a guest cut off
-	xfail: str = ''			# PASS by the crash the case expects: crash_summary()
-
-
 def console_problem(scenario: Scenario, console: str) -> str:
 	"""The first crash line the row did not expect, or that the expected
 	one is missing; '' when the console is as the row says."""
@@ -459,37 +437,37 @@ def judge(scenario: Scenario, ktap: Ktap, console: str, outcome: str, timeout_s:
 	"""OUTCOME is how the guest ended: "exited", "timeout", "hung", or a harness
 	fault ("fault: ...") when no guest ran at all."""
 	if outcome.startswith('fault: '):
-		return Verdict('ERROR', outcome[len('fault: '):], directive='ERROR')
+		return Verdict(Status.ERROR, outcome[len('fault: '):], directive='ERROR')
 	if ktap.plan is not None and scenario_marker(scenario) not in kernel_messages(console):
-		return Verdict('ERROR', f'no kernel line "{scenario_marker(scenario)}" on the console: '
+		return Verdict(Status.ERROR, f'no kernel line "{scenario_marker(scenario)}" on the console: '
 			       'it was not captured, and a crash would go unseen', directive='ERROR')
 	crash = console_problem(scenario, console)
 	with_crash = f' (console: {crash})' if crash else ''
 	if outcome == 'timeout':
-		return Verdict('FAIL', f'guest killed at the {timeout_s}s timeout{with_crash}',
+		return Verdict(Status.FAIL, f'guest killed at the {timeout_s}s timeout{with_crash}',
 			       directive='TIMEOUT')
 	if outcome == 'hung':
-		return Verdict('FAIL', f'guest killed: silent for {QUIET_AFTER_REPORT_S}s after a kernel report'
+		return Verdict(Status.FAIL, f'guest killed: silent for {QUIET_AFTER_REPORT_S}s after a kernel report'
 			       f'{with_crash}', directive='TIMEOUT')
 	if ktap.plan is None:
 		reason = ktap.errors[0] if ktap.errors else 'no KTAP plan from the guest'
-		return Verdict('FAIL', reason + with_crash, directive='ERROR')
+		return Verdict(Status.FAIL, reason + with_crash, directive='ERROR')
 	if ktap.errors:
-		return Verdict('FAIL', f'bad KTAP from the guest: {ktap.errors[0]}{with_crash}', directive='ERROR')
+		return Verdict(Status.FAIL, f'bad KTAP from the guest: {ktap.errors[0]}{with_crash}', directive='ERROR')
 	if ktap.skip_reason is not None:
-		return Verdict('SKIP', ktap.skip_reason)
+		return Verdict(Status.SKIP, ktap.skip_reason)
 	failed = [s for s in ktap.steps if s.ok is False]
 	reported = sum(1 for s in ktap.steps if s.ok is not None)
 	if failed:
 		why = f': observed {failed[0].mismatch}' if failed[0].mismatch else ''
-		return Verdict('FAIL', f'not ok {failed[0].number} {failed[0].name}{why}')
+		return Verdict(Status.FAIL, f'not ok {failed[0].number} {failed[0].name}{why}')
 	if reported != ktap.plan:
-		return Verdict('FAIL', f'guest reported {reported} of {ktap.plan} results{with_crash}',
+		return Verdict(Status.FAIL, f'guest reported {reported} of {ktap.plan} results{with_crash}',
 			       directive='ERROR')
 	if crash:
-		return Verdict('FAIL', f'console: {crash}')
+		return Verdict(Status.FAIL, f'console: {crash}')
 	if scenario.console != '-':
 		expected = re.compile(scenario.console)
 		proof = next(m for m in kernel_messages(console) if expected.search(m))
-		return Verdict('PASS', proof=f'expected: {proof}', xfail=crash_summary(console) or proof)
-	return Verdict('PASS')
+		return Verdict(Status.PASS, proof=f'expected: {proof}', xfail=crash_summary(console) or proof)
+	return Verdict(Status.PASS)
