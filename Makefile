@@ -8,8 +8,9 @@
 #   make soak        a long sanitizer soak on fixed-debug (not in make test)
 #   make survey      in-tree module inits that can fail after publishing a device
 #
-# Everything generated lives under build/KERNEL/ (ignored by git); KERNEL=6.12
-# picks Debian's linux-source-6.12 instead of 6.1.
+# Everything generated lives under build/KERNEL/ (ignored by git); KERNEL=TREE
+# picks another of the trees of kernel-patches/ (each a directory there)
+# than kernel-patches/default-tree.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
@@ -156,7 +157,7 @@ DEB_PACKAGES := $(HOST_SOURCE_PACKAGE) gcc make libc6-dev bc bison flex libelf-d
 # And the commands make check needs, with their packages (a command may
 # come from elsewhere: nodesource's nodejs carries npm).
 CHECK_COMMANDS := shellcheck:shellcheck python3:python3 pyflakes3:pyflakes3 \
-	xmllint:libxml2-utils node:nodejs npm:npm parted:parted gcc:gcc \
+	xmllint:libxml2-utils node:nodejs npm:npm parted:parted gcc:gcc cpp:cpp \
 	busybox:busybox-static cpio:cpio
 
 KERNELS := $(foreach v,$(VARIANTS),$(BUILD)/kernel/$(v)/obj/arch/x86/boot/bzImage)

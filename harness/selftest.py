@@ -1152,14 +1152,25 @@ class GuestSteps(unittest.TestCase):
 					      check=False, timeout=30)
 
 	def test_soak_reads_the_failure_points_from_modinfo(self):
-		# The driver's MODULE_PARM_DESC(fail_at), as RACEBLK_POINTS makes it.
-		done = self.soak_points('parm=fail_at:Point where init fails; backend=blk: none alloc before_add_disk '
-					'after_add_disk after_scan_io late; backend=scsi: none alloc before_add_disk '
-					'after_scan late. Default: none')
+		done = self.soak_points('parm=fail_at:' + fail_at_description())
 		self.assertEqual((done.returncode, done.stdout), (0, '3:none alloc before_add_disk after_add_disk after_scan_io late\n'))
 		done = self.soak_points('parm=fail_at:Point where init fails: none alloc. Default: none')
 		self.assertEqual(done.returncode, 1)
 		self.assertIn('no after_add_disk among the failure points', done.stdout)
+
+
+def fail_at_description() -> str:
+	"""The driver's MODULE_PARM_DESC(fail_at), as modinfo shows it: its
+	macros (RACEBLK_POINTS in internal.h, the lists main.c makes of them)
+	through the C preprocessor, no kernel headers needed."""
+	internal = (TOP / 'driver/internal.h').read_text()
+	main = (TOP / 'driver/main.c').read_text()
+	points = re.search(r'^#define RACEBLK_POINTS\(X\).*?[^\\]\n', internal, re.M | re.S).group()
+	lists = re.search(r'^#define RACEBLK_IF_1.*?^#define RACEBLK_POINT_LISTS.*?[^\\]\n', main, re.M | re.S).group()
+	desc = re.search(r'MODULE_PARM_DESC\(fail_at,\s*(.*?)\);', main, re.S).group(1)
+	done = subprocess.run(['cpp', '-P'], input=points + lists + desc + '\n', capture_output=True, text=True,
+			      check=True)
+	return ''.join(re.findall(r'"((?:[^"\\]|\\.)*)"', done.stdout))
 
 
 def load_script(name: str) -> types.ModuleType:
