@@ -70,3 +70,60 @@ def kib_problems(table: str, kib: str) -> Optional[str]:
 		if len(size) < 16 and said.get(number) != str(int(size) // 2):
 			return f'p{number}: /proc/partitions says {said.get(number, "nothing")} KiB, sysfs {size} sectors'
 	return None
+
+
+# A difference lists this many runs of partitions at most, then a count.
+SHOWN_RUNS = 8
+
+
+def parse_table(text: str) -> Dict[int, str]:
+	"""A table as the guest reports it ("1:2048+2048 2:4096+2", or none):
+	each partition's number and "start+size"."""
+	found: Dict[int, str] = {}
+	for word in text.split():
+		number, sep, extent = word.partition(':')
+		if sep and number.isdigit():
+			found.setdefault(int(number), extent)
+	return found
+
+
+def runs_text(entries: List[Tuple[int, str]], before: Dict[int, str]) -> List[str]:
+	"""ENTRIES (number, "start+size"), consecutive numbers with the same
+	extent as one run: "6-255: 250 more of 5:4159+512" when the run repeats
+	the partition before it (BEFORE: the table it is from)."""
+	runs: List[List] = []
+	for number, extent in entries:
+		if runs and runs[-1][1] == number - 1 and runs[-1][2] == extent:
+			runs[-1][1] = number
+		else:
+			runs.append([number, number, extent])
+	texts = []
+	for first, last, extent in runs:
+		if first == last:
+			texts.append(f'{first}:{extent}')
+		elif before.get(first - 1) == extent:
+			texts.append(f'{first}-{last}: {last - first + 1} more of {first - 1}:{extent}')
+		else:
+			texts.append(f'{first}-{last}: {last - first + 1} of {extent}')
+	if len(texts) > SHOWN_RUNS:
+		texts[SHOWN_RUNS:] = [f'and {len(texts) - SHOWN_RUNS} more']
+	return texts
+
+
+def table_difference(observed: str, expected: str) -> str:
+	"""How the table OBSERVED differs from EXPECTED: what is missing, what
+	is extra and what changed, a long run of repeats said once ('' when
+	they are the same)."""
+	seen, wanted = parse_table(observed), parse_table(expected)
+	missing = [(n, e) for n, e in sorted(wanted.items()) if n not in seen]
+	extra = [(n, e) for n, e in sorted(seen.items()) if n not in wanted]
+	changed = [f'{n}:{wanted[n]} is {seen[n]}' for n in sorted(wanted) if n in seen and seen[n] != wanted[n]]
+	parts = []
+	if missing:
+		parts.append('missing ' + ', '.join(runs_text(missing, wanted)))
+	if extra:
+		parts.append('extra ' + ', '.join(runs_text(extra, seen)))
+	if changed:
+		parts.append('changed ' + ', '.join(changed[:SHOWN_RUNS] + ([f'and {len(changed) - SHOWN_RUNS} more']
+									      if len(changed) > SHOWN_RUNS else [])))
+	return '; '.join(parts)

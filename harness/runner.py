@@ -676,12 +676,23 @@ def symbolise(record: Record) -> None:
 		record.console_excerpt = done.stdout.rstrip('\n')
 
 
+# A diagnostic line printed under a failure (a table of 255 partitions
+# is 4 KiB): the rest is in the scenario's ktap.
+DIAGNOSTIC_SHOWN = 300
+
+
+def shortened(line: str) -> str:
+	if len(line) <= DIAGNOSTIC_SHOWN:
+		return line
+	return f'{line[:DIAGNOSTIC_SHOWN]}... ({len(line) - DIAGNOSTIC_SHOWN} more characters in its ktap)'
+
+
 def report_failure(record: Record, own_image: bool, own_expected: bool) -> None:
 	print(f'--- {record.name}: {record.verdict.reason}')
 	for step in record.results:
 		if step.ok is False:
 			for line in step.diagnostics:
-				print(f'    # {line}')
+				print(f'    # {shortened(line)}')
 			print(f'    not ok {step.number} {step.name}')
 	if own_image and not own_expected and any(s.ok is False and s.name == 'partitions'
 						   for s in record.results):

@@ -1528,6 +1528,25 @@ class HostJudges(unittest.TestCase):
 		self.assertIn('proc=p1: /proc/partitions says 7 KiB',
 			      self.judged(['partitions'], text.format('1:7'), build)[0].mismatch)
 
+	def test_a_table_that_differs_says_what_differs(self):
+		# A looping EBR chain: partition 5 again up to 255, said once.
+		build = pathlib.Path(tempfile.mkdtemp(prefix='selftest-golden-'))
+		self.addCleanup(shutil.rmtree, build)
+		parts = golden.Image('mbr-primary', build).partitions('vanilla')
+		good = golden.table_text(parts)
+		last, start, size = parts[-1]
+		looped = ' '.join(f'{n}:{start}+{size}' for n in range(last + 1, 256))
+		first = parts[0]
+		bent = golden.table_text([(first[0], first[1], first[2] + 2)] + parts[1:])
+		text = f'1..1\n# obs partitions={bent} {looped}\nok 1 partitions\n'
+		mismatch = self.judged(['partitions'], text, build)[0].mismatch
+		self.assertEqual(mismatch, f'partitions: extra {last + 1}-255: {255 - last} more of {last}:{start}+{size}; '
+				 f'changed {first[0]}:{first[1]}+{first[2]} is {first[1]}+{first[2] + 2}')
+		self.assertLess(len(mismatch), 120)
+		text = '1..1\n# obs partitions=none\nok 1 partitions\n'
+		self.assertEqual(self.judged(['partitions'], text, build)[0].mismatch,
+				 f'partitions: missing {good.replace(" ", ", ")}')
+
 	def test_fuzz_expects_the_error_of_the_one_who_refused(self):
 		text = '1..1\n# obs fuzz=EINVAL\n# obs driver_error=yes\n# obs kernel_invalid={}\nok 1 fuzz:fail_at:noval\n'
 		self.assertTrue(self.judged(['fuzz:fail_at:noval=EINVAL'], text.format('yes'))[0].ok)

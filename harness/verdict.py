@@ -320,9 +320,19 @@ def mismatch_of(name: str, expected: Optional[str], observed: Dict[str, str],
 	"""How OBSERVED differs from what the case (and DEFAULTS) say of action
 	NAME; '' when it does not."""
 	wanted = {**(defaults or {}), **(expected_values(name, expected) if expected is not None else {})}
-	problems = [f'{key}={observed.get(key, "(not reported)")}, expected {value}'
+	problems = [problem_of(key, observed.get(key), value)
 		    for key, value in wanted.items() if not value_matches(value, observed.get(key))]
 	return '; '.join(problems)
+
+
+def problem_of(key: str, observed: Optional[str], expected: str) -> str:
+	"""What is wrong with KEY's value: both values, or for a partition
+	table what differs (a looping EBR chain gives 255 partitions)."""
+	difference = golden.table_difference(observed, expected) if key == 'partitions' and observed is not None \
+		and '|' not in expected else ''
+	if difference:
+		return f'partitions: {difference}'
+	return f'{key}={"(not reported)" if observed is None else observed}, expected {expected}'
 
 
 def compare_observations(scenario: Scenario, ktap: 'Ktap', build: Optional[pathlib.Path] = None) -> None:
