@@ -12,7 +12,7 @@ gives our kernels by default (kernel-patches/config/bzimage-needs).  A
 missing option is named.
 Then make builds raceblk, its helper modules and the archives against
 the image's object tree (BZIMAGE_OBJ, under build/bzimage-RELEASE-HASH/),
-and harness/run starts again on that build.  The modules built for
+and the run goes on with that build.  The modules built for
 another kernel (the vermagic and modversions rows) need the kernel's
 source tree prepared twice more: those scenarios are not run, and count
 as skipped.
@@ -25,6 +25,7 @@ import subprocess
 from typing import Dict, List, Tuple
 
 import plan
+from session import Session
 
 TOP = plan.TOP
 CONFIG = TOP / 'kernel-patches/config'
@@ -118,9 +119,9 @@ def build_dir(obj: pathlib.Path, variant: str) -> pathlib.Path:
 	return pathlib.Path(done.stdout.strip())
 
 
-def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Dict[str, str]:
+def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Session:
 	"""Check IMAGE and, with BUILD, build what its guests boot; the
-	environment of the harness/run that runs them."""
+	session of the run that boots them."""
 	if not image.is_file():
 		raise Problem(f'--bzimage {image}: not a file')
 	obj = object_tree(image)
@@ -143,5 +144,4 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Dict[str, 
 			       f'BZIMAGE_OBJ={obj}', f'VARIANTS={variant}'], check=False, env=MAKE_ENV) if build else None
 	if make and make.returncode != 0:
 		raise Problem(f'--bzimage: building raceblk and the archives against {obj} failed (above)')
-	return {**os.environ, 'RACEBLK_BUILD': str(build_dir(obj, variant)), 'KERNEL': tree,
-		'VARIANTS': variant, 'RACEBLK_SOURCE': f'{image} ({release})', 'RACEBLK_NO_FOREIGN': '1'}
+	return Session(build_dir(obj, variant), tree, f'{image} ({release})', foreign=True)

@@ -24,14 +24,29 @@ def rows(path: pathlib.Path) -> List[List[str]]:
 	return [words for words in lines if words]
 
 
+# A disk image of the user's (harness/run --image) is named byo-STEM.
+OWN_PREFIX = 'byo-'
+
+
+def own_dir(build: pathlib.Path, name: str) -> pathlib.Path:
+	"""Where a disk image of the user's has its golden table and sums."""
+	return build / 'byo' / name
+
+
+def disk_path(build: pathlib.Path, name: str) -> pathlib.Path:
+	"""Image NAME as a file: built from images/, or brought (a link)."""
+	if name.startswith(OWN_PREFIX):
+		return own_dir(build, name) / f'{name}.img'
+	return build / 'images' / f'{name}.img'
+
+
 class Image:
 	"""An image the guests read: its golden table per series, its sums."""
 
 	def __init__(self, name: str, build: pathlib.Path, top: pathlib.Path = TOP):
 		self.name = name
-		own = build / 'byo' / name
-		self.dir = own if name.startswith('byo-') else top / 'images'
-		self.img = own / f'{name}.img' if name.startswith('byo-') else build / 'images' / f'{name}.img'
+		self.dir = own_dir(build, name) if name.startswith(OWN_PREFIX) else top / 'images'
+		self.img = disk_path(build, name)
 
 	def table_path(self, series: str) -> pathlib.Path:
 		special = self.dir / f'{self.name}.{series}.expected'

@@ -122,6 +122,13 @@ def source_name() -> str:
 	return os.environ.get('RACEBLK_SOURCE') or f'linux-source-{current_tree()}'
 
 
+def driver_define(name: str, top: pathlib.Path = TOP) -> int:
+	"""A limit of the driver's, as driver/main.c #defines it (the
+	harness checks its input against it before a guest would)."""
+	text = (top / 'driver/main.c').read_text()
+	return int(re.search(rf'^#define {name}\s+(\d+)', text, re.M).group(1))
+
+
 def tree_series(tree: str, top: pathlib.Path = TOP) -> Set[str]:
 	return {p.name[len('series.'):] for p in (top / 'kernel-patches' / tree).glob('series.*')}
 

@@ -942,6 +942,26 @@ class BzImage(unittest.TestCase):
 		self.assertEqual(fake.guests_left(), [])
 		self.assertFalse((fake.build / 'results').exists())
 
+	def test_a_kernel_with_what_is_needed_runs_its_trees_cases(self):
+		# No restart and no environment: the run's session is the
+		# kernel's (its tree, its build directory, no foreign modules).
+		obj = self.object_tree('\n'.join(bzimage.wanted_lines('7.3').values()) + '\n')
+		for name in bzimage.IN_TREE_MODULES:
+			(obj / name).parent.mkdir(parents=True, exist_ok=True)
+			(obj / name).write_text('fake')
+		fake = FakeBuild()
+		self.addCleanup(fake.close)
+		done = fake.run('pass', '--bzimage', str(obj / 'arch/x86/boot/bzImage'), '--list',
+				env={'KERNEL': '6.1', 'VARIANTS': 'fixed'})
+		self.assertEqual(done.returncode, 0, done.stderr)
+		lines = done.stdout.splitlines()
+		self.assertIn('judged as vanilla of 7.3', lines[0])
+		foreign = set(plan.FOREIGN_ACTIONS)
+		cases = plan.scenarios(TABLE, ['vanilla'], tree='7.3')
+		expected = [s.name for s in cases if not {plan.step_name(w) for w in s.steps} & foreign]
+		self.assertEqual(lines[1:], expected)
+		self.assertLess(len(expected), len(cases), 'no foreign case to leave out')
+
 	def test_what_is_asked(self):
 		wanted = bzimage.wanted_lines('7.3')
 		self.assertEqual(wanted['CONFIG_MODULES'], 'CONFIG_MODULES=y')

@@ -1,0 +1,168 @@
+# SPDX-License-Identifier: GPL-2.0
+"""How harness/run boots its guests: the accelerator (KVM only when a probe
+boot of our kernel answers, else TCG), each variant's snapshot or cold
+boots, the machine and the timeout of a guest."""
+
+import argparse
+import concurrent.futures
+import os
+import pathlib
+import shutil
+import sys
+from typing import Dict, List, Optional
+
+import guestvm
+import plan
+import verdict
+from plan import Scenario
+from session import Session
+
+SNAPSHOT_MIN = 3	# a snapshot costs about two boots
+# A debug or KCSAN kernel runs a scenario 3 to 6 times slower under TCG
+# than a plain one (fixed-debug's reload_ungated: 40-55 s beside another
+# guest): its guests get this many times --timeout.
+SLOW_VARIANT_TIMEOUT = 2
+SAVE_TRIES = 3
+
+
+def answered_ktap(workdir: pathlib.Path) -> bool:
+	"""The guest run in WORKDIR began a KTAP document on its port."""
+	ktap = workdir / 'ktap'
+	return ktap.exists() and ktap.read_bytes().startswith(b'KTAP version 1')
+
+
+def write_initrd(session: Session, variant: str, image: str, out: pathlib.Path, own: bool = False) -> None:
+	"""The variant's archive, then the image's, then with OWN the user's
+	module's: the kernel unpacks them all."""
+	parts = (session.initramfs_of(variant), session.image_archive(image))
+	with open(out, 'wb') as f:
+		for part in parts + ((session.own_archive(variant),) if own else ()):
+			f.write(part.read_bytes())
+
+
+class Guests:
+	"""A run's guests: its options, session, accelerator and snapshots."""
+
+	def __init__(self, opts: argparse.Namespace, session: Session, scenarios: List[Scenario], sockdir: str):
+		self.opts, self.session, self.scenarios, self.sockdir = opts, session, scenarios, sockdir
+		self.accel = 'tcg'
+		self.snapshots: Dict[str, pathlib.Path] = {}
+
+	def machine(self, variant: str, accel: Optional[str] = None,
+		    scenario: Optional[Scenario] = None) -> guestvm.Machine:
+		if scenario is None or scenario.machine == plan.DEFAULT_MACHINE:
+			machine = guestvm.Machine(accel or self.accel, variant, self.session.kernel_of(variant), vcpus=self.opts.vcpus)
+		else:
+			machine = guestvm.Machine(accel or self.accel, variant, self.session.kernel_of(variant), scenario.machine,
+						  self.session.disk_of(scenario.image), vcpus=self.opts.vcpus)
+		if scenario is not None:
+			machine.interactive, machine.gdb_port = self.opts.shell, self.opts.gdb
+		return machine
+
+	def timeout_of(self, variant: str) -> int:
+		"""A guest's timeout: --timeout, or SLOW_VARIANT_TIMEOUT times it on
+		a debug or KCSAN kernel."""
+		slow = {'debug', 'kcsan'} & set(plan.fragments_of(variant))
+		return self.opts.timeout * (SLOW_VARIANT_TIMEOUT if slow else 1)
+
+	def message(self, scenario: Scenario, archive: bytes = b'') -> bytes:
+		return guestvm.scenario_message(scenario.variant, scenario.id, scenario.image,
+						scenario.params, scenario.guest_steps, archive)
+
+	def choose_accel(self) -> None:
+		"""KVM only when a probe boot of our kernel answers (on some hosts
+		/dev/kvm opens but cannot run this guest); else TCG.  Cached in
+		build/accel."""
+		cache = self.session.build / 'accel'
+		if not cache.is_file():
+			answer = 'tcg'
+			if os.access('/dev/kvm', os.W_OK):
+				answer = 'kvm' if self.probe_kvm() else 'tcg'
+			if guestvm.stopping():
+				return		# a signal cut the probe short: no answer to keep
+			if answer == 'tcg':
+				print('harness: KVM cannot run this guest here (probe: build/accel-probe/); using TCG',
+				      file=sys.stderr)
+			cache.write_text(answer + '\n')
+		self.accel = cache.read_text().strip()
+
+	def probe_kvm(self) -> bool:
+		probe = self.session.build / 'accel-probe'
+		shutil.rmtree(probe, ignore_errors=True)
+		probe.mkdir(parents=True)
+		variant = self.opts.variants[0]
+		write_initrd(self.session, variant, plan.DEFAULT_IMAGE, probe / 'initrd')
+		message = guestvm.scenario_message(variant, 'probe', plan.DEFAULT_IMAGE, (), ())
+		try:
+			guestvm.run_scenario(self.machine(variant, 'kvm'), probe, self.sockdir, probe / 'initrd',
+					     message, 20)
+		except guestvm.Fault:
+			return False
+		return answered_ktap(probe)
+
+	def save_snapshot(self, variant: str) -> Optional[str]:
+		"""Save VARIANT's snapshot unless the saved one is current; None
+		when it is usable, else why not.  A new snapshot is kept only
+		when a first restore of it runs clean (SAVE_TRIES saves at most)."""
+		snapdir = self.session.build / 'snapshots' / variant
+		machine = self.machine(variant)
+		parts = [self.session.initramfs_of(variant), self.session.image_archive(plan.DEFAULT_IMAGE)]
+		key = machine.key(parts)
+		vm = snapdir / 'vm'
+		if (snapdir / 'key').is_file() and (snapdir / 'key').read_text().strip() == key and vm.is_file():
+			self.snapshots[variant] = vm
+			return None
+		for _ in range(SAVE_TRIES):
+			shutil.rmtree(snapdir, ignore_errors=True)
+			snapdir.mkdir(parents=True)
+			write_initrd(self.session, variant, plan.DEFAULT_IMAGE, snapdir / 'vm.initrd')
+			try:
+				guestvm.save_snapshot(machine, snapdir, self.sockdir, snapdir / 'vm.initrd', vm,
+						      2 * self.timeout_of(variant))
+				problem = self.restore_problem(variant, snapdir)
+			except guestvm.Fault as fault:
+				return str(fault)
+			if not problem:
+				(snapdir / 'key').write_text(key + '\n')
+				self.snapshots[variant] = vm
+				return None
+		shutil.rmtree(snapdir, ignore_errors=True)
+		return f'{SAVE_TRIES} snapshots saved; the first restore of each failed: {problem}'
+
+	def restore_problem(self, variant: str, snapdir: pathlib.Path) -> str:
+		"""Restore SNAPDIR's new snapshot once, with no steps: '' when the
+		guest answers in KTAP and its console shows no crash line, else
+		what went wrong.  (A snapshot that crashes at its restore would
+		fail every scenario of the variant.)"""
+		check = snapdir / 'check'
+		check.mkdir()
+		message = guestvm.scenario_message(variant, 'snapshot-check', plan.DEFAULT_IMAGE, (), ())
+		outcome = guestvm.run_scenario(self.machine(variant), check, self.sockdir, snapdir / 'vm.initrd',
+					       message, self.timeout_of(variant), snapshot=snapdir / 'vm')
+		console = check / 'console.log'
+		crashes = verdict.crash_lines(console.read_bytes().decode(errors='replace') if console.exists() else '')
+		if crashes:
+			return f'its console says {crashes[0]!r}'
+		if outcome != 'exited' or not answered_ktap(check):
+			return f'the guest gave no KTAP ({outcome}); its console:\n{guestvm.log_tail(console)}'
+		return ''
+
+	def choose_boots(self) -> str:
+		"""Per variant, snapshot restores or cold boots; saves the
+		snapshots wanted, in parallel."""
+		boots: Dict[str, int] = {}
+		# Snapshots are of microvm guests; other machines boot cold.
+		# Each --repeat run is a boot of its own.
+		for scenario in self.scenarios:
+			if scenario.machine == plan.DEFAULT_MACHINE:
+				boots[scenario.variant] = boots.get(scenario.variant, 0) + self.opts.repeat
+		wanted = [v for v, n in boots.items()
+			  if self.opts.boot == 'snapshot' or (self.opts.boot == 'auto' and n >= SNAPSHOT_MIN)]
+		with concurrent.futures.ThreadPoolExecutor(max(1, min(len(wanted), self.opts.jobs))) as pool:
+			for variant, why in zip(wanted, pool.map(self.save_snapshot, wanted)):
+				if why:
+					print(f'harness: cannot save a snapshot of {variant}; cold boots instead. {why}',
+					      file=sys.stderr)
+		kinds = {s.variant in self.snapshots and s.machine == plan.DEFAULT_MACHINE for s in self.scenarios}
+		return {frozenset([True]): 'snapshots', frozenset([False]): 'cold boots'}.get(
+			frozenset(kinds), 'snapshots and cold boots')

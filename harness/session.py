@@ -1,0 +1,61 @@
+# SPDX-License-Identifier: GPL-2.0
+"""One run's setting: the tree, what its kernels are built from and where
+its builds and results are.  make passes them in the environment
+(KERNEL, RACEBLK_BUILD, RACEBLK_SOURCE); harness/run --bzimage makes one
+of its own for a kernel of the user's.  Nothing here is read at import.
+"""
+
+import dataclasses
+import os
+import pathlib
+
+import golden
+import plan
+
+TOP = plan.TOP
+
+
+class Refusal(Exception):
+	"""Bad input or setup: a clear message, exit 2, nothing lost."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Session:
+	build: pathlib.Path		# build/TREE, or a --bzimage kernel's
+	tree: str
+	source: str			# what the kernels are built from, for headers
+	# A kernel of the user's (--bzimage): the modules built for another
+	# kernel (the vermagic cases) are not built for it.
+	foreign: bool = False
+
+	@classmethod
+	def from_environment(cls) -> 'Session':
+		tree = plan.current_tree()
+		build = pathlib.Path(os.environ.get('RACEBLK_BUILD') or TOP / 'build' / tree)
+		return cls(build, tree, plan.source_name(), bool(os.environ.get('RACEBLK_NO_FOREIGN')))
+
+	@property
+	def results(self) -> pathlib.Path:
+		return self.build / 'results'
+
+	@property
+	def shown(self) -> str:
+		"""The build directory as messages show it."""
+		return os.path.relpath(self.build, TOP) if self.build.is_relative_to(TOP) else str(self.build)
+
+	def kernel_of(self, variant: str) -> pathlib.Path:
+		return self.build / 'kernel' / variant / 'obj/arch/x86/boot/bzImage'
+
+	def initramfs_of(self, variant: str) -> pathlib.Path:
+		return self.build / 'initramfs' / f'{variant}.cpio'
+
+	def disk_of(self, image: str) -> pathlib.Path:
+		"""IMAGE as a disk QEMU attaches (machine=pc-ide): built, or brought."""
+		return golden.disk_path(self.build, image)
+
+	def image_archive(self, image: str) -> pathlib.Path:
+		return self.build / 'initramfs/images' / f'{image}.cpio.gz'
+
+	def own_archive(self, variant: str) -> pathlib.Path:
+		"""harness/run --module's archive of the user's module for VARIANT."""
+		return self.build / 'own' / f'{variant}.cpio.gz'
