@@ -31,12 +31,16 @@ def answered_ktap(workdir: pathlib.Path) -> bool:
 	return ktap.exists() and ktap.read_bytes().startswith(b'KTAP version 1')
 
 
+def initrd_parts(session: Session, variant: str, image: str, own: bool = False) -> List[pathlib.Path]:
+	"""A cold guest's initramfs: the variant's archive, then the image's,
+	then with OWN the user's module's; the kernel unpacks them all."""
+	parts = [session.initramfs_of(variant), session.image_archive(image)]
+	return parts + ([session.own_archive(variant)] if own else [])
+
+
 def write_initrd(session: Session, variant: str, image: str, out: pathlib.Path, own: bool = False) -> None:
-	"""The variant's archive, then the image's, then with OWN the user's
-	module's: the kernel unpacks them all."""
-	parts = (session.initramfs_of(variant), session.image_archive(image))
 	with open(out, 'wb') as f:
-		for part in parts + ((session.own_archive(variant),) if own else ()):
+		for part in initrd_parts(session, variant, image, own):
 			f.write(part.read_bytes())
 
 

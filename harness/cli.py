@@ -13,7 +13,7 @@ import ownmod
 import plan
 from own import own_image_name
 
-USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list] [--matrix N] [--filter GLOBS] '
+USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list|--dry-run] [--matrix N] [--filter GLOBS] '
 	 '[--shard I/N] [--timeout SECONDS] [--cases FILE] [--repeat N] [--image PATH [--expected FILE]] '
 	 '[--shell] [--gdb [PORT]] [--module FILE --module-disk NAME --module-fail PARAMS '
 	 '[--module-params PARAMS]] [--bzimage FILE [--as VARIANT]]')
@@ -47,6 +47,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	boots.add_argument('--snapshot', dest='boot', action='store_const', const='snapshot',
 			   help='restore every guest from its variant\'s snapshot')
 	parser.add_argument('--list', action='store_true', help='list the scenarios, run none')
+	parser.add_argument('--dry-run', action='store_true',
+			    help='print each scenario with the qemu.cmd that boots its guest by hand; boot nothing')
 	parser.add_argument('--matrix', type=bounded(1, 256), metavar='N',
 			    help='print a GitHub Actions strategy.matrix of N shards')
 	parser.add_argument('--filter', default='*', metavar='GLOBS',

@@ -22,6 +22,7 @@ import json
 import os
 import pathlib
 import select
+import shlex
 import shutil
 import signal
 import socket
@@ -105,6 +106,20 @@ class Machine:
 			if line.strip() and not line.lstrip().startswith('#')]
 
 	def args(self, initrd: pathlib.Path, console: pathlib.Path, ktap_sock: str) -> List[str]:
+		"""A guest of the run: its console in CONSOLE (and on the terminal
+		with --shell), its KTAP port a client of the host's socket."""
+		console_dev = (f'stdio,id=console,mux=on,signal=off,logfile={qemu_value(console)}' if self.interactive
+			       else f'file,id=console,path={qemu_value(console)}')
+		return self.qemu_args(initrd, console_dev, f'socket,id=ktap,path={qemu_value(ktap_sock)}')
+
+	def rerun_args(self, initrd: str) -> List[str]:
+		"""The same guest booted by hand (a scenario's qemu.cmd): its
+		console on the terminal and in rerun.console.log, its KTAP in
+		rerun.ktap, its scenario in the initramfs (/scenario)."""
+		return self.qemu_args(pathlib.Path(initrd), f'stdio,id=console,mux=on,signal=off,logfile={RERUN_CONSOLE}',
+				      f'file,id=ktap,path={RERUN_KTAP}')
+
+	def qemu_args(self, initrd: pathlib.Path, console_dev: str, ktap_dev: str) -> List[str]:
 		# la57=off: with 5-level paging, 6.1's generic KASAN sometimes
 		# reports a "wild-memory-access" in __common_interrupt() at boot
 		# (2 of 30 debug boots; 0 of 30 with 4-level paging).
@@ -113,16 +128,12 @@ class Machine:
 		# -icount counts TCG's instructions, one vCPU after the other.
 		if '-icount' in board:
 			accel = 'tcg'
-		# On the terminal, mux=on gives QEMU's escape (Ctrl-a x) and
-		# signal=off leaves Ctrl-C to the guest's shell.
-		console_dev = (f'stdio,id=console,mux=on,signal=off,logfile={qemu_value(console)}' if self.interactive
-			       else f'file,id=console,path={qemu_value(console)}')
 		gdb = ['-gdb', f'tcp:127.0.0.1:{self.gdb_port}'] if self.gdb_port else []
 		cmdline = CMDLINE + (' nokaslr' if self.gdb_port else '')
 		return ['-accel', accel, '-cpu', 'max,la57=off', '-m', str(self.memory), '-smp', str(self.vcpus),
 			*board, '-no-reboot', '-display', 'none', '-nodefaults',
 			'-chardev', console_dev, '-serial', 'chardev:console',
-			'-chardev', f'socket,id=ktap,path={qemu_value(ktap_sock)}',
+			'-chardev', ktap_dev,
 			'-device', 'isa-serial,chardev=ktap,index=1', *gdb,
 			'-kernel', str(self.kernel), '-initrd', str(initrd), '-append', cmdline]
 
@@ -134,6 +145,55 @@ class Machine:
 		for path in [self.kernel, *initrd_parts]:
 			digest.update(hashlib.sha256(path.read_bytes()).digest())
 		return digest.hexdigest()
+
+
+# A scenario's qemu.cmd boots its guest cold by hand: the guest reads the
+# scenario from /scenario in the initramfs, where a run's guest reads the
+# host's message; its console and KTAP go to these files beside qemu.cmd.
+RERUN_CMD = 'qemu.cmd'
+RERUN_SCENARIO = 'scenario.cpio'
+RERUN_CONSOLE = 'rerun.console.log'
+RERUN_KTAP = 'rerun.ktap'
+
+
+def newc_archive(files: Dict[str, bytes]) -> bytes:
+	"""FILES (name: contents, mode 0644) as a cpio archive in the newc
+	format the kernel unpacks an initramfs from."""
+	out = b''
+	for ino, (name, data) in enumerate([*files.items(), ('TRAILER!!!', b'')], 1):
+		mode = 0o100644 if name != 'TRAILER!!!' else 0
+		fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name) + 1, 0)
+		header = b'070701' + b''.join(b'%08X' % f for f in fields) + name.encode() + b'\0'
+		out += header + b'\0' * (-len(header) % 4) + data + b'\0' * (-len(data) % 4)
+	return out + b'\0' * (-len(out) % 512)
+
+
+def write_rerun(machine: 'Machine', workdir: pathlib.Path, parts: Sequence[pathlib.Path], message: bytes,
+		how: str) -> None:
+	"""WORKDIR/qemu.cmd: a script that boots the guest of WORKDIR's
+	scenario again, cold, from the archives PARTS and the scenario MESSAGE
+	(HOW the run booted it, for its comment)."""
+	(workdir / RERUN_SCENARIO).write_bytes(newc_archive({'scenario': message}))
+	(workdir / RERUN_CMD).write_text(rerun_script(machine, parts, how))
+	(workdir / RERUN_CMD).chmod(0o755)
+
+
+def rerun_script(machine: 'Machine', parts: Sequence[pathlib.Path], how: str) -> str:
+	"""The text of a qemu.cmd (write_rerun)."""
+	marker = '@INITRD@'
+	command = ' '.join(shlex.quote(a) for a in [QEMU, *machine.rerun_args(marker)])
+	lines = ['#!/bin/sh',
+		 f'# This scenario\'s guest, booted cold by hand ({how}): its',
+		 f'# console on this terminal and in {RERUN_CONSOLE}, its KTAP in {RERUN_KTAP}.',
+		 '# Ctrl-a x ends QEMU.',
+		 'set -eu',
+		 'cd "$(dirname "$0")"',
+		 'initrd=$(mktemp)',
+		 'trap \'rm -f "$initrd"\' EXIT',
+		 # First: an uncompressed archive must start 4-byte aligned.
+		 f'cat {RERUN_SCENARIO} ' + ' '.join(shlex.quote(str(p)) for p in parts) + ' > "$initrd"',
+		 command.replace(marker, '"$initrd"')]
+	return '\n'.join(lines) + '\n'
 
 
 def scenario_message(variant: str, id_: str, image: str, params: Sequence[str],

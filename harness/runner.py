@@ -42,7 +42,7 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import boots
 import bzimage
@@ -165,6 +165,8 @@ class Runner(boots.Guests):
 
 	def boot(self, scenario: Scenario, workdir: pathlib.Path) -> str:
 		snapshot = self.snapshots.get(scenario.variant) if scenario.machine == plan.DEFAULT_MACHINE else None
+		self.write_rerun(scenario, workdir, 'the run restored it from its variant\'s snapshot' if snapshot
+				 else 'the run booted it cold')
 		if snapshot is None:
 			initrd = workdir / 'initrd'
 			boots.write_initrd(self.session, scenario.variant, scenario.image, initrd, bool(self.opts.own_module))
@@ -187,7 +189,19 @@ class Runner(boots.Guests):
 					    self.timeout_of(scenario.variant), snapshot=snapshot,
 					    reported=verdict.reported)
 
-	def run_once(self, scenario: Scenario, k: int) -> Dict:
+	def rerun(self, scenario: Scenario) -> Tuple[guestvm.Machine, List[pathlib.Path]]:
+		"""The machine and the archives of SCENARIO's guest booted cold by
+		hand (its qemu.cmd)."""
+		machine = self.machine(scenario.variant, scenario=scenario)
+		machine.interactive, machine.gdb_port = False, None
+		return machine, boots.initrd_parts(self.session, scenario.variant, scenario.image,
+						   bool(self.opts.own_module))
+
+	def write_rerun(self, scenario: Scenario, workdir: pathlib.Path, how: str) -> None:
+		machine, parts = self.rerun(scenario)
+		guestvm.write_rerun(machine, workdir, parts, self.message(scenario), how)
+
+	def run_once(self, scenario: Scenario, k: int) -> Run:
 		"""Boot run K of SCENARIO and judge it: a run record."""
 		workdir = self.run_dir(scenario, k)
 		shutil.rmtree(workdir, ignore_errors=True)
@@ -288,6 +302,22 @@ def say_interactive(opts: argparse.Namespace, session: Session, scenario: Scenar
 		      'case goes on.  Ctrl-a x ends QEMU.', flush=True)
 
 
+def dry_run(opts: argparse.Namespace, session: Session, scenarios: List[Scenario]) -> int:
+	"""The plan, and for each scenario the qemu.cmd its run would write;
+	nothing boots, nothing is written."""
+	runner = Runner(opts, session, scenarios, '')
+	cache = session.build / 'accel'
+	runner.accel = cache.read_text().strip() if cache.is_file() else 'tcg'
+	print(f'harness: {len(scenarios)} scenarios on {session.source}, variants: {" ".join(opts.variants)}, '
+	      f'{runner.accel}, {opts.vcpus} vCPUs; dry run: each scenario\'s guest as its {guestvm.RERUN_CMD} '
+	      'boots it by hand (a run restores most from a snapshot and sends the scenario on the KTAP port)')
+	for scenario in scenarios:
+		machine, parts = runner.rerun(scenario)
+		print(f'--- {scenario.name}')
+		print(guestvm.rerun_script(machine, parts, 'harness/run --dry-run'), end='')
+	return 0
+
+
 def main(argv: List[str]) -> int:
 	opts = parse_args(argv)
 	session = Session.from_environment()
@@ -307,6 +337,8 @@ def main(argv: List[str]) -> int:
 	if opts.list:
 		print('\n'.join(names))
 		return 0
+	if opts.dry_run:
+		return dry_run(opts, session, scenarios)
 	if not scenarios:
 		raise Refusal(f"no scenario matches '{opts.filter}' for variants: {' '.join(opts.variants)}")
 	lock = Lock(session)

@@ -332,6 +332,33 @@ class Faults(Case):
 class Reports(Case):
 	"""What CI tools read."""
 
+	def test_qemu_cmd_boots_the_same_guest(self):
+		# Restored or cold, a scenario's qemu.cmd boots its guest again
+		# by hand, and that guest runs the same steps.
+		done = self.fake.run('pass', '--snapshot', '--filter', MANY)
+		self.assertSummary(done, 6, 0, 0)
+		done = self.fake.run('pass', '--cold', '--filter', 'vanilla/none/mbr-primary')
+		self.assertSummary(done, 1, 0, 0)
+		for workdir in (self.fake.build / 'results/vanilla/none/mbr-primary',
+				self.fake.build / 'results/vanilla/bad_hold/mbr-primary'):
+			script = workdir / 'qemu.cmd'
+			self.assertIn('(the run ', script.read_text())
+			rerun = subprocess.run([str(script)], env=self.fake.env('pass'), capture_output=True, text=True,
+					       timeout=60, check=False)
+			self.assertEqual(rerun.returncode, 0, rerun.stderr)
+			ktap = (workdir / 'ktap').read_text()
+			self.assertEqual((workdir / 'rerun.ktap').read_text().replace('\r\n', '\n'), ktap)
+			self.assertRegex(ktap, r'\nok 1 ')
+
+	def test_dry_run_boots_nothing_and_prints_each_guest(self):
+		# fail-start: a QEMU started at all would fail the run.
+		done = self.fake.run('fail-start', '--dry-run', '--filter', MANY)
+		self.assertEqual(done.returncode, 0, done.stderr)
+		self.assertFalse((self.fake.build / 'results').exists())
+		self.assertEqual(self.fake.guests_left(), [])
+		self.assertEqual(done.stdout.count('\nqemu-system-x86_64 '), 6)
+		self.assertEqual(done.stdout.count('--- vanilla/'), 6)
+
 	def test_kunit_parser_present(self):
 		# The other tests parse results.ktap with it when it is there:
 		# without it, this skip says those checks did not run.
