@@ -154,6 +154,36 @@ def guest_actions(top: pathlib.Path = TOP) -> Set[str]:
 	return set(ACT_RE.findall(text))
 
 
+@dataclasses.dataclass(frozen=True)
+class Contract:
+	"""What every case expects of an action unless it says otherwise: its
+	name says it ("stuck": kept for good).  BASE is the action whose
+	comment says it ("kept" is "as mod_kept")."""
+	base: str
+	expects: Dict[str, str]
+
+
+EXPECTS_RE = re.compile(r'^# expects: (.*)$')
+
+
+@functools.lru_cache(maxsize=None)
+def action_contracts(top: pathlib.Path = TOP) -> Dict[str, Contract]:
+	"""Each guest action's contract: the "# expects: KEY=VALUE ..." (or
+	"# expects: as ACTION") line of the comment above its act_NAME."""
+	said: Dict[str, str] = {}
+	for path in sorted((top / 'harness/guest').glob('*.sh')):
+		lines = path.read_text().splitlines()
+		for i, line in enumerate(lines):
+			match = ACT_RE.match(line)
+			if match and i and EXPECTS_RE.match(lines[i - 1]):
+				said[match.group(1)] = EXPECTS_RE.match(lines[i - 1]).group(1)
+	contracts = {}
+	for name, text in said.items():
+		base = text[len('as '):] if text.startswith('as ') else name
+		contracts[name] = Contract(base, dict(pair.split('=', 1) for pair in said[base].split()))
+	return contracts
+
+
 def action_docs(top: pathlib.Path = TOP) -> str:
 	"""docs/actions.md: every guest action and the comment above it, by
 	library: what it does and reports (make docs writes it)."""
@@ -171,7 +201,11 @@ def action_docs(top: pathlib.Path = TOP) -> str:
 				start = i
 				while start > 0 and lines[start - 1].startswith('#'):
 					start -= 1
-				text = ' '.join(c.lstrip('#').strip() for c in lines[start:i])
+				comment = [c.lstrip('#').strip() for c in lines[start:i]]
+				expects = [c for c in comment if c.startswith('expects: ')]
+				text = ' '.join(c for c in comment if not c.startswith('expects: '))
+				if expects:
+					text += f' Every case expects `{expects[0][len("expects: "):]}` unless it says otherwise.'
 				# "NAME:ARGS: what it does" -> `NAME:ARGS`: what it does
 				usage, _, rest = text.partition(': ')
 				if re.match(r'[a-z0-9_]*', usage).group() != match.group(1) or not rest:

@@ -178,33 +178,9 @@ def crash_summary(console: str) -> str:
 
 
 OBS_PREFIX = 'obs '
-# What a case expects of an action unless it says otherwise: the action's
-# name says it (stuck: kept for good; reaped: gone by itself).
-YES = ('free_disk_called', 'refused', 'version_magic', 'disagrees', 'unknown_symbol', 'ignored', 'oopsed',
-       'kernel_tainted', 'sd_attached')
-STUCK = {'state': 'Live', 'flags': '!', 'initstate': 'live', 'unsafe': '1', 'logged': 'yes'}
-KEPT = {'state': 'Unloading', 'flags': '-', 'initstate': 'going', 'logged': 'yes'}
-KEPT_ACTIONS = ('kept', 'mod_kept', 'own_kept')
-# rcuput, the module change as first written, also marks a kept module
-# in /proc/modules.
-KEPT_MARKED = {**KEPT, 'flags': '!-'}
-FIXED_DEFAULTS: Dict[str, Dict[str, str]] = {
-	**{name: {name: 'yes'} for name in YES},
-	**{name: STUCK for name in ('stuck', 'own_stuck')},
-	**{name: KEPT for name in KEPT_ACTIONS},
-	**{name: {'left': 'yes', 'said': 'yes'} for name in ('reaped', 'mod_reaped', 'own_reaped')},
-	'released': {'released': 'at_failure|after_holders'},
-	'waited': {'waited': 'yes', 'outcome': 'kept_until_reboot'},
-	'not_scanned': {'scan': 'none'},
-	'kmemleak': {'kmemleak': 'none'},
-	'churn_done': {'churners': 'ok', 'opened': '>0'},
-	'prober_done': {'probers': 'ok', 'opened': 'yes'},
-	'vermagic': {'differs': 'yes'},
-	'read_done': {'read_done': 'OK'},
-	'tainted': {'tainted': 'yes', 'kernel_tainted': 'yes'},
-	'getput': {'getput': 'OK'},
-	'kselftest': {'totals': 'printed'},
-}
+# rcuput, the module change as first written, also marks a module kept
+# (mod_kept's contract) in /proc/modules.
+MARKED_KEPT = {'flags': '!-'}
 # What an rmmod may give while loads race it: OK, ENOENT (none loaded),
 # EBUSY (one coming), EAGAIN (kept while held).
 RMMOD_LOOP_ANSWERS = {'OK', 'ENOENT', 'EBUSY', 'EAGAIN'}
@@ -253,12 +229,14 @@ def derived_expected(name: str, args: List[str], observed: Dict[str, str]) -> Di
 
 def default_expected(scenario: Scenario, name: str, observed: Dict[str, str],
 		     image: Optional[golden.Image]) -> Dict[str, str]:
-	"""What every case expects of action NAME (see FIXED_DEFAULTS), and
-	what the image says it must read: its golden table (partitions,
-	scanned_in_init) and its bytes (data, holder_read, read_done)."""
-	wanted = dict(FIXED_DEFAULTS.get(name, {}))
-	if name in KEPT_ACTIONS and plan.series_of(scenario.variant) == 'rcuput':
-		wanted = dict(KEPT_MARKED)
+	"""What every case expects of action NAME (its contract: the "#
+	expects:" line above its act_NAME), and what the image says it must
+	read: its golden table (partitions, scanned_in_init) and its bytes
+	(data, holder_read, read_done)."""
+	contract = plan.action_contracts().get(name)
+	wanted = dict(contract.expects) if contract else {}
+	if contract and contract.base == 'mod_kept' and plan.series_of(scenario.variant) == 'rcuput':
+		wanted.update(MARKED_KEPT)
 	if image is None:
 		return wanted
 	series = plan.golden_series(scenario.variant)

@@ -13,6 +13,7 @@ vermagic_of() {
 
 # vermagic:NAME: the kernel's vermagic (that of raceblk.ko built for it,
 # which it accepts: kernel) and NAME.ko's (module).
+# expects: differs=yes
 act_vermagic() {
 	obs kernel "$(vermagic_of "$KO")"
 	obs module "$(vermagic_of "$FOREIGN/$1.ko")"
@@ -43,17 +44,20 @@ log_obs() {
 
 # version_magic: whether the loader refused raceblk's vermagic, saying
 # what it should be (yes or no).
+# expects: version_magic=yes
 act_version_magic() {
 	log_obs version_magic "raceblk: version magic '[^']*' should be '[^']*'"
 }
 
 # disagrees:SYMBOL: whether the loader refused raceblk's CRC for SYMBOL.
+# expects: disagrees=yes
 act_disagrees() {
 	log_obs disagrees "raceblk: disagrees about version of symbol $1\$"
 }
 
 # unknown_symbol:NAME: whether the loader refused raceblk for a symbol
 # NAME the kernel does not export (yes or no).
+# expects: unknown_symbol=yes
 act_unknown_symbol() {
 	log_obs unknown_symbol "raceblk: Unknown symbol $1 "
 }
@@ -61,6 +65,7 @@ act_unknown_symbol() {
 # kernel_tainted:FLAG: whether the kernel's taint mask has FLAG (F: a
 # forced load, bit 1; R: a forced unload, bit 3; O: an out-of-tree module,
 # bit 12): yes or no.
+# expects: kernel_tainted=yes
 act_kernel_tainted() {
 	local mask bit
 
@@ -77,6 +82,7 @@ act_kernel_tainted() {
 
 # tainted:FLAG: whether raceblk carries taint FLAG in /proc/modules, and
 # the kernel too (kernel_tainted): yes or no each.
+# expects: tainted=yes kernel_tainted=yes
 act_tainted() {
 	local line
 

@@ -165,6 +165,7 @@ act_scanned_in_init() {
 }
 
 # not_scanned: scan_obs; the host expects no scan.
+# expects: scan=none
 act_not_scanned() {
 	scan_obs
 }
@@ -187,6 +188,7 @@ act_probe() {
 # ignored:N: whether the kernel said it ignored partition N of the disk
 # (yes or no: the gpt series' "DISK: GPT partition N ends at LBA ...,
 # ignored", or the core's "DISK: pN start ... size ... overflows, ignored").
+# expects: ignored=yes
 act_ignored() {
 	log_obs ignored "\] $DISK: (GPT partition $1 |p$1 ).*, ignored\$"
 }
@@ -226,6 +228,7 @@ act_inflight() {
 
 # read_done: how the background read ended (OK, or dd's error, or its
 # fate), and the md5 of what it read.
+# expects: read_done=OK
 act_read_done() {
 	if ! settle "$(cat /tmp/bg.pid)" dd; then
 		obs read_done "${SETTLED:-$(cat /tmp/bg.err)}"

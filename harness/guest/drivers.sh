@@ -54,6 +54,7 @@ act_sd_scan() {
 # sd_attached: raceblk backend=scsi scanned its host during init: whether
 # sd bound to its LUN before init went on, as raceblk logs it (yes, or its
 # line, or "no scan line").
+# expects: sd_attached=yes
 act_sd_attached() {
 	local line
 
@@ -484,18 +485,21 @@ act_own_module() {
 }
 
 # own_kept: mod_kept for the user's module.
+# expects: as mod_kept
 act_own_kept() {
 	own_conf || return 1
 	act_mod_kept "$OWN_NAME"
 }
 
 # own_stuck: stuck for the user's module (rusty keeps it for good).
+# expects: as stuck
 act_own_stuck() {
 	own_conf || return 1
 	act_stuck "$OWN_NAME"
 }
 
 # own_reaped: mod_reaped for the user's module.
+# expects: as mod_reaped
 act_own_reaped() {
 	own_conf || return 1
 	act_mod_reaped "$OWN_NAME"
@@ -508,6 +512,7 @@ act_own_reaped() {
 # KTAP results in order, "ok", "not_ok" or "skip", joined by commas, and
 # whether it printed its totals (totals: printed or none).  A test an oops
 # killed ends its results there.
+# expects: totals=printed
 act_kselftest() {
 	local pid got
 

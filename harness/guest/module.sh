@@ -93,6 +93,7 @@ act_force_unload_mod() {
 
 # refused:MODULE: whether try_module_get() refused MODULE during its init,
 # with the warning that names it and the caller (yes or no).
+# expects: refused=yes
 act_refused() {
 	log_obs refused "$1: try_module_get\(\) from"
 }
@@ -123,6 +124,7 @@ module_facts() {
 # stuck[:MODULE]: module_facts of MODULE (default raceblk), whose init
 # failed after it was made live (rusty): the host expects it kept for
 # good, logged as unsafe and stuck, Live with the "!" flag.
+# expects: state=Live flags=! initstate=live unsafe=1 logged=yes
 act_stuck() {
 	module_facts "${1:-raceblk}" unsafe "cannot be unloaded due to unsafe usage" "module is now stuck"
 }
@@ -130,11 +132,13 @@ act_stuck() {
 # mod_kept:MODULE: module_facts of MODULE, whose init failed while
 # something held it (fixed): the host expects it kept until the last holder
 # lets go, logged, Unloading (rcuput marks it too: the "!" flag).
+# expects: state=Unloading flags=- initstate=going logged=yes
 act_mod_kept() {
 	module_facts "$1" "" "init failed with" "reference(s) held it: kept until the last one is dropped"
 }
 
 # kept: mod_kept:raceblk.
+# expects: as mod_kept
 act_kept() {
 	act_mod_kept raceblk
 }
@@ -142,6 +146,7 @@ act_kept() {
 # mod_reaped:MODULE: whether MODULE, kept after its failed init, left
 # /proc/modules by itself (no rmmod) within 10 s of this action (left: yes
 # or no), and whether the log says its last holder let go (said).
+# expects: left=yes said=yes
 act_mod_reaped() {
 	local waited=0 line
 
@@ -158,6 +163,7 @@ act_mod_reaped() {
 }
 
 # reaped: mod_reaped:raceblk.
+# expects: as mod_reaped
 act_reaped() {
 	act_mod_reaped raceblk
 }
@@ -166,6 +172,7 @@ act_reaped() {
 # was freed then: nobody held it), after_holders (it was kept, and went by
 # itself within 10 s once they let go; and act_mod_reaped's left and
 # said), still_kept, or loaded (never said kept, still there).
+# expects: released=at_failure|after_holders
 act_released() {
 	if dmesg | grep -F "raceblk: init failed with" |
 		grep -qF "reference(s) held it: kept until the last one is dropped"; then
@@ -182,6 +189,7 @@ act_released() {
 # and how it ended (outcome): freed (they let go in time: MODULE is
 # gone), kept_until_reboot (the loader gave up, said so, and MODULE is
 # still listed, Unloading), or else MODULE's state in /proc/modules.
+# expects: waited=yes outcome=kept_until_reboot
 act_waited() {
 	local module=${1:-raceblk} state
 
@@ -199,6 +207,7 @@ act_waited() {
 
 # free_disk_called: whether raceblk's ->free_disk (free_disk=1) freed the
 # driver's data, as the disk's last put calls it (yes or no).
+# expects: free_disk_called=yes
 act_free_disk_called() {
 	log_obs free_disk_called "$DISK: ->free_disk: freeing the driver's data"
 }
@@ -230,6 +239,7 @@ oops_seen() {
 # oopsed:COMM:SECONDS: whether, within SECONDS, an oops kills a task whose
 # name starts with COMM (a kworker running a freed module's work
 # function): yes or no.
+# expects: oopsed=yes
 act_oopsed() {
 	local line
 
@@ -262,6 +272,7 @@ getput_obs() {
 # unloads.  ns_per_pair and cycles_per_pair are the least of the five, net
 # of an empty loop (under -icount shift=0 a cycle is an instruction);
 # ns_max and cycles_max the most.
+# expects: getput=OK
 act_getput() {
 	local pairs=${1%%:*} threads=${1#*:} round
 
@@ -334,6 +345,7 @@ act_pr_err() {
 
 # kmemleak: what a kmemleak scan now reports: none, or how many objects
 # (the first of them printed).  Not a debug kernel: it cannot act.
+# expects: kmemleak=none
 act_kmemleak() {
 	local report
 

@@ -74,6 +74,7 @@ churners_collect() {
 # churn_done: whether every churner ran to the end (churners: ok, or the
 # first that did not), and how often they opened their devices (opened:
 # none means they raced nothing).
+# expects: churners=ok opened=>0
 act_churn_done() {
 	churners_collect
 	obs churners "$CHURN_PROBLEM"
@@ -127,6 +128,7 @@ no_blkhold_left() {
 # (probers: ok, or the first that did not and its fate), and whether one
 # opened the disk or a partition (opened: yes or no; else they raced
 # nothing).  What each opened is printed.
+# expects: probers=ok opened=yes
 act_prober_done() {
 	local pid problem=ok
 
