@@ -309,10 +309,7 @@ endif
 
 # --- driver ------------------------------------------------------------------
 # Built from a copy so the repository's driver/ never holds objects.
-INTREE_MODULES := drivers/scsi/scsi_debug.ko drivers/ata/ata_piix.ko drivers/scsi/sd_mod.ko \
-	fs/configfs/configfs.ko drivers/block/null_blk/null_blk.ko \
-	mm/zsmalloc.ko lib/lzo/lzo_compress.ko drivers/block/zram/zram.ko drivers/block/loop.ko \
-	fs/fuse/fuse.ko drivers/mtd/mtd.ko drivers/mtd/devices/mtdram.ko drivers/mtd/ubi/ubi.ko
+INTREE_MODULES := $(shell sed 's/\#.*//' harness/in-tree-modules | awk '{ print $$1 }')
 DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
 # A -debug or -kcsan variant also gets make soak's instances of raceblk (see

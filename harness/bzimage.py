@@ -24,15 +24,19 @@ import re
 import subprocess
 from typing import Dict, List, Tuple
 
+import golden
 import plan
 from session import Session
 
 TOP = plan.TOP
 CONFIG = TOP / 'kernel-patches/config'
-# The modules of the tree the cases load, which its configuration has as
-# modules (bzimage-needs, base.config).
-IN_TREE_MODULES = ('drivers/scsi/scsi_debug.ko', 'drivers/ata/ata_piix.ko', 'drivers/block/null_blk/null_blk.ko')
 OPTION_RE = re.compile(r'^(?:# )?(CONFIG_[A-Z0-9_]+)(?:=| is not set)')
+
+
+def in_tree_modules() -> List[str]:
+	"""The modules of the tree the cases load that base.config makes
+	modules: harness/in-tree-modules' unmarked lines."""
+	return [words[0] for words in golden.rows(plan.HARNESS / 'in-tree-modules') if len(words) == 1]
 
 
 class Problem(Exception):
@@ -135,7 +139,7 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Session:
 	if gaps:
 		raise Problem(f'--bzimage {image}: {where} lacks what the guest needs (kernel-patches/config/'
 			      'base.config says why): ' + '; '.join(gaps))
-	absent = [name for name in IN_TREE_MODULES if not (obj / name).is_file()]
+	absent = [name for name in in_tree_modules() if not (obj / name).is_file()]
 	if absent:
 		raise Problem(f'--bzimage {image}: {obj} has no {absent[0]}: the cases load it (make modules)')
 	print(f'harness: --bzimage {image}: {release}, configuration from {where}: has what the guest needs; '

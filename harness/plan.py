@@ -44,8 +44,8 @@ FOREIGN_ACTIONS = ('vermagic', 'load_foreign', 'force_load')
 # action's (no act_case, act_params... in harness/guest/).
 KEYWORDS = ('case', 'params', 'image', 'kernel', 'crash', 'skip')
 RUN, NOT_RUN = '.', '-'
-CRASH_NAME_RE = re.compile(r'^[a-z][a-z0-9_]*$')
-ID_RE = re.compile(r'^[a-z][a-z0-9_]*$')
+# A case's id, a crash's name, an action's: a lower-case word.
+NAME_RE = re.compile(r'^[a-z][a-z0-9_]*$')
 # A step is an action of the guest's (act_NAME in harness/guest/*.sh),
 # written NAME[:ARGS][=EXPECTED]: the guest gets NAME[:ARGS] and reports
 # what it saw; the host compares that with EXPECTED.  What the guest gets
@@ -339,7 +339,7 @@ def parse_cases(path: pathlib.Path) -> Tuple[List[Case], List[Tuple[int, str]]]:
 			continue
 		key, rest = words[0], words[1:]
 		if key == 'crash' and draft is None:
-			if len(rest) < 2 or not CRASH_NAME_RE.match(rest[0]):
+			if len(rest) < 2 or not NAME_RE.match(rest[0]):
 				error(nr, 'crash NAME REGEX: a name (lower case letters, digits, _) and its regex')
 			elif rest[0] in crashes:
 				error(nr, f'crash {rest[0]} named again')
@@ -483,7 +483,7 @@ def row_errors(row: Row, known: Known) -> Iterator[Tuple[int, str]]:
 
 
 def column_errors(row: Row, known: Known) -> Iterator[str]:
-	if not ID_RE.match(row.id):
+	if not NAME_RE.match(row.id):
 		yield f'id "{row.id}": lower case letters, digits and _'
 	for variant, tree in map(split_variant, row.variants):
 		if variant != 'all' and variant not in known.variants:

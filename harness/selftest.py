@@ -973,7 +973,7 @@ class BzImage(unittest.TestCase):
 		# No restart and no environment: the run's session is the
 		# kernel's (its tree, its build directory, no foreign modules).
 		obj = self.object_tree('\n'.join(bzimage.wanted_lines('7.3').values()) + '\n')
-		for name in bzimage.IN_TREE_MODULES:
+		for name in bzimage.in_tree_modules():
 			(obj / name).parent.mkdir(parents=True, exist_ok=True)
 			(obj / name).write_text('fake')
 		fake = FakeBuild()
