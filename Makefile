@@ -25,7 +25,15 @@ TOP := $(CURDIR)
 # build/$(KERNEL)/, so the trees sit side by side.
 DEFAULT_TREE := $(shell sed '/^\#/d' kernel-patches/default-tree)
 KERNEL ?= $(DEFAULT_TREE)
-TREES := $(patsubst kernel-patches/%/series.vanilla,%,$(wildcard kernel-patches/*/series.vanilla))
+# make soak's kernel (a variant with a fragment whose "# harness:" line
+# says soak: -debug, -kcsan).
+SOAK_VARIANT ?= fixed-debug
+# What make knows of the project (the trees, the variants and what each is,
+# the images), as harness/plan.py reads it from kernel-patches/ and images/:
+# asked once, KIND:VALUE words (plan.py's make_facts).
+FACTS := $(shell harness/plan.py make-facts $(SOAK_VARIANT) $(VARIANTS))
+facts = $(patsubst $(1):%,%,$(filter $(1):%,$(FACTS)))
+TREES := $(call facts,tree)
 ifneq ($(KERNEL_SRC),)
 ifneq ($(BZIMAGE_OBJ),)
 $(error KERNEL_SRC and BZIMAGE_OBJ: a tree to build, or a kernel built already, not both)
@@ -96,13 +104,16 @@ export KERNEL
 export RACEBLK_BUILD := $(BUILD)
 # The default variants: kernel-patches/variants (+NAME: built for make test,
 # for the rows naming it only).
-VARIANT_WORDS := $(shell sed 's/#.*//' kernel-patches/variants)
-DEFAULT_VARIANTS := $(filter-out +%,$(VARIANT_WORDS))
-ROW_ONLY_VARIANTS := $(patsubst +%,%,$(filter +%,$(VARIANT_WORDS)))
+DEFAULT_VARIANTS := $(call facts,default)
+ROW_ONLY_VARIANTS := $(call facts,row-only)
 VARIANTS ?= $(DEFAULT_VARIANTS) $(ROW_ONLY_VARIANTS)
 # The other designs of the module change (kernel-patches/designs), built
 # on demand: make race-demo DESIGNS=1 shows them beside vanilla and fixed.
-DESIGN_VARIANTS := $(shell sed 's/#.*//' kernel-patches/designs)
+DESIGN_VARIANTS := $(call facts,design)
+# What a variant is: VARIANT:SERIES:FRAGMENTS:SOAK (plan.py reads its name,
+# SERIES-FRAGMENT..., and its fragments' "# harness:" lines).
+comma := ,
+variant_fact = $(word $(2),$(subst :, ,$(filter $(1):%,$(call facts,variant))))
 # BZIMAGE_OBJ: the variant's kernel is the user's (its sources, for the
 # symbolised traces: OBJ/source of an O= build, else OBJ).
 ifneq ($(BZIMAGE_OBJ),)
@@ -113,9 +124,8 @@ $(shell mkdir -p $(BUILD)/kernel/$(VARIANTS) && ln -sfn $(BZIMAGE_OBJ) $(BUILD)/
 	ln -sfn $(if $(wildcard $(BZIMAGE_OBJ)/source),$(BZIMAGE_OBJ)/source,$(BZIMAGE_OBJ)) $(BUILD)/kernel/$(VARIANTS)/src)
 endif
 # Good images come from a parted spec, hostile ones from a good one plus a
-# byte patch.
-IMAGES := $(patsubst images/%.parted,%,$(wildcard images/*.parted)) \
-	$(patsubst images/%.patch,%,$(wildcard images/*.patch))
+# byte patch (good ones first).
+IMAGES := $(call facts,image)
 JOBS ?= $(shell nproc)
 # Bring your own disk: make test|race-demo IMAGE=PATH [EXPECTED=FILE].
 # make race-demo BACKEND=scsi: the table for raceblk as a SCSI driver.
@@ -138,9 +148,9 @@ export KBUILD_BUILD_HOST := raceblk
 # kernel-patches/config/FRAGMENT.config on top of base.config: NAME-debug
 # (the checkers), NAME-sdmod (sd as a module).  A tree may add to a
 # fragment with kernel-patches/$(KERNEL)/config/FRAGMENT.config.
-series_of = $(firstword $(subst -, ,$(1)))
+series_of = $(call variant_fact,$(1),2)
 fragment_files = $(wildcard $(foreach f,$(1),kernel-patches/config/$(f).config $(TREE)/config/$(f).config))
-fragments_of = $(call fragment_files,base $(wordlist 2,9,$(subst -, ,$(1))))
+fragments_of = $(call fragment_files,base $(subst $(comma), ,$(filter-out -,$(call variant_fact,$(1),3))))
 
 # ccache makes source paths relative (CCACHE_BASEDIR): the compiler sees
 # ../src/kernel/module/main.c; map that back so that WARN and BUG lines
@@ -315,7 +325,7 @@ DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 # A -debug or -kcsan variant also gets make soak's instances of raceblk (see
 # driver/Kbuild): raceblk_sN_{main,scsi}.c include the real sources.
 SOAK_INSTANCES := 4
-soak_instances = $(if $(filter %-debug %-kcsan,$(1)),$(SOAK_INSTANCES))
+soak_instances = $(if $(filter yes,$(call variant_fact,$(1),4)),$(SOAK_INSTANCES))
 
 # The module posting's selftest: its test module is built with the driver,
 # its script goes to the guest's /lib/kselftest/module/ and the tree's
@@ -479,7 +489,7 @@ $(BUILD)/guest/%: harness/guest/%.c
 	@gcc -static -s -O2 -Wall -Wextra -Werror -o $@ $<
 
 $(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $$(call foreign_modules,$$*) $(GUEST_BINS) \
-		$(wildcard harness/guest/*) kernel-patches/designs harness/mkinitramfs
+		$(wildcard harness/guest/*) harness/mkinitramfs
 	@echo "  CPIO    $@"
 	@harness/mkinitramfs $@ $(<D) $(GUEST_BINS)
 
@@ -581,7 +591,6 @@ check: deps-check
 
 # make soak [SOAK_VARIANT=fixed-debug] [CYCLES=1000] [SEED=N] [SOAK_ARGS=--faults]:
 # one guest, CYCLES cycles of load, hold, fail and unload (harness/soak).
-SOAK_VARIANT ?= fixed-debug
 soak: deps
 	@$(if $(call soak_instances,$(SOAK_VARIANT)),,echo "soak: SOAK_VARIANT=$(SOAK_VARIANT): a -debug or -kcsan variant (only those get the soak's instances of raceblk)" >&2; exit 2)
 	@$(MAKE) --no-print-directory initramfs VARIANTS="$(SOAK_VARIANT)"

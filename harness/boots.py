@@ -11,6 +11,7 @@ import shutil
 import sys
 from typing import Dict, List, Optional
 
+import golden
 import guestvm
 import plan
 import verdict
@@ -65,13 +66,14 @@ class Guests:
 
 	def timeout_of(self, variant: str) -> int:
 		"""A guest's timeout: --timeout, or SLOW_VARIANT_TIMEOUT times it on
-		a debug or KCSAN kernel."""
-		slow = {'debug', 'kcsan'} & set(plan.fragments_of(variant))
-		return self.opts.timeout * (SLOW_VARIANT_TIMEOUT if slow else 1)
+		a kernel with a slow fragment (debug, kcsan: their "# harness:"
+		line)."""
+		return self.opts.timeout * (SLOW_VARIANT_TIMEOUT if plan.variant_trait(variant, 'slow') else 1)
 
 	def message(self, scenario: Scenario, archive: bytes = b'') -> bytes:
+		table = golden.Image(scenario.image, self.session.build).table_path(plan.golden_series(scenario.variant))
 		return guestvm.scenario_message(scenario.variant, scenario.id, scenario.image,
-						scenario.params, scenario.guest_steps, archive)
+						scenario.params, scenario.guest_steps, archive, table.name)
 
 	def choose_accel(self) -> None:
 		"""KVM only when a probe boot of our kernel answers (on some hosts

@@ -40,6 +40,8 @@ CMDLINE = 'console=ttyS0 reboot=t panic=-1'
 # under TCG (multi-threaded TCG), so that the loader and an opener really
 # run at the same time on the two host cores.
 VCPUS = 2
+# A guest's memory, unless its fragments want more (plan.variant_trait).
+MEMORY_MIB = 256
 # Longer than any quiet stretch of a live guest: a debug kmemleak scan
 # takes ~10 s, a soak cycle at most ~7 s.  (The self-tests shorten it.)
 QUIET_AFTER_REPORT_S = int(os.environ.get('RACEBLK_QUIET_AFTER_REPORT_S') or 60)
@@ -94,8 +96,8 @@ class Machine:
 		# --gdb: QEMU's gdb stub on this port, and no KASLR.
 		self.interactive = False
 		self.gdb_port: Optional[int] = None
-		# KASAN's shadow and kmemleak's metadata want room.
-		self.memory = 768 if 'debug' in plan.fragments_of(variant) else 256
+		# Some fragments want room (debug: KASAN's shadow, kmemleak).
+		self.memory = int(plan.variant_trait(variant, 'memory') or MEMORY_MIB)
 
 	def board(self) -> List[str]:
 		"""The machine's own QEMU arguments: harness/machines/KIND, one a
@@ -197,10 +199,12 @@ def rerun_script(machine: 'Machine', parts: Sequence[pathlib.Path], how: str) ->
 
 
 def scenario_message(variant: str, id_: str, image: str, params: Sequence[str],
-		     steps: Sequence[str], archive: bytes = b'') -> bytes:
-	"""What the guest reads at its READY point.  (The first byte after a
-	restore can be lost: a blank line goes first.)"""
-	lines = ['', f'run {variant} {id_} {image} {len(archive)}',
+		     steps: Sequence[str], archive: bytes = b'', golden: str = '-') -> bytes:
+	"""What the guest reads at its READY point: GOLDEN is the file name of
+	the image's golden table for the variant (golden.py chooses it), the
+	partitions an action opens.  (The first byte after a restore can be
+	lost: a blank line goes first.)"""
+	lines = ['', f'run {variant} {id_} {image} {golden} {len(archive)}',
 		 ' '.join(['params', *params]), ' '.join(['steps', *steps]), '']
 	return '\n'.join(lines).encode() + archive
 

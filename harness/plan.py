@@ -135,8 +135,7 @@ def tree_series(tree: str, top: pathlib.Path = TOP) -> Set[str]:
 
 def known_names(top: pathlib.Path = TOP) -> Known:
 	series = set().union(*(tree_series(t, top) for t in trees(top)))
-	images = {p.stem for p in (top / 'images').glob('*.parted')}
-	images |= {p.stem for p in (top / 'images').glob('*.patch')}
+	images = set(all_images(top))
 	steps = guest_actions(top)
 	# The driver's parameters: the kernel ignores a misspelt one (it logs
 	# "unknown parameter"), and the row would run with the defaults.
@@ -269,15 +268,31 @@ def fragments_of(variant: str) -> List[str]:
 	return variant.split('-')[1:]
 
 
-# Fragments that change no behaviour: a case expects of NAME-gdb what it
-# expects of NAME (kernel-patches/config/gdb.config: debug info).
-TRANSPARENT_FRAGMENTS = {'gdb'}
+FRAGMENT_TRAITS_RE = re.compile(r'^# harness: (.*)$', re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=None)
+def fragment_traits(fragment: str, top: pathlib.Path = TOP) -> Dict[str, str]:
+	"""What the harness makes of a config fragment, as its file says on
+	a "# harness: TRAIT[=VALUE] ..." line: slow (a guest gets twice the
+	timeout), memory=MIB, soak (make soak runs on it), transparent (it
+	changes no behaviour: a case expects of NAME-gdb what it expects of
+	NAME)."""
+	path = top / 'kernel-patches/config' / f'{fragment}.config'
+	match = FRAGMENT_TRAITS_RE.search(path.read_text()) if path.is_file() else None
+	words = match.group(1).split() if match else []
+	return dict((w.split('=', 1) + ['yes'])[:2] for w in words)
+
+
+def variant_trait(variant: str, trait: str) -> Optional[str]:
+	"""TRAIT of the first of VARIANT's fragments that has it."""
+	return next((fragment_traits(f)[trait] for f in fragments_of(variant) if trait in fragment_traits(f)), None)
 
 
 def judged_as(variant: str) -> str:
 	"""'fixed-gdb' -> 'fixed': the variant whose columns say what VARIANT
 	shows."""
-	return '-'.join([series_of(variant)] + [f for f in fragments_of(variant) if f not in TRANSPARENT_FRAGMENTS])
+	return '-'.join([series_of(variant)] + [f for f in fragments_of(variant) if 'transparent' not in fragment_traits(f)])
 
 
 def row_variants(row: Row, tree: str) -> Tuple[str, ...]:
@@ -673,7 +688,7 @@ def judged_in_case(variant: str, named: Set[str], top: pathlib.Path = TOP) -> st
 def golden_series(variant: str, top: pathlib.Path = TOP) -> str:
 	"""The series whose golden tables VARIANT's kernel shows
 	(images/NAME.SERIES.expected): a design has the posted one's block
-	fixes, and so its tables (harness/guest/disk.sh says the same)."""
+	fixes, and so its tables (the guest gets the one golden.py chooses)."""
 	return series_of(judged_in_case(variant, set(), top))
 
 
@@ -738,12 +753,29 @@ def nearest_tree(version: str, top: pathlib.Path = TOP) -> Optional[str]:
 	return max(below, key=tree_version) if below else None
 
 
+def make_facts(variants: List[str], top: pathlib.Path = TOP) -> List[str]:
+	"""What the Makefile knows of the project, asked once: KIND:VALUE
+	words (tree:, default:, row-only:, design:, image:), and for each
+	variant (VARIANTS, the defaults, the designs)
+	variant:NAME:SERIES:FRAGMENTS:SOAK ("-": none)."""
+	words = [f'tree:{t}' for t in trees(top)] + [f'default:{v}' for v in default_variants(top)]
+	words += [f'row-only:{v}' for v in row_only_variants(top)] + [f'design:{v}' for v in designs(top)]
+	words += [f'image:{i}' for i in all_images(top)]
+	every = dict.fromkeys(variants + default_variants(top) + row_only_variants(top) + list(designs(top)))
+	words += [f'variant:{v}:{series_of(v)}:{",".join(fragments_of(v)) or "-"}:'
+		  f'{"yes" if variant_trait(v, "soak") else "-"}' for v in every]
+	return words
+
+
 def main(argv: List[str]) -> int:
 	if argv == ['actions']:
 		sys.stdout.write(action_docs())
 		return 0
 	if argv == ['designs']:
 		print(' '.join(designs()))
+		return 0
+	if argv[:1] == ['make-facts']:
+		print(' '.join(make_facts(argv[1:])))
 		return 0
 	if len(argv) == 2 and argv[0] == 'nearest-tree':
 		if not re.fullmatch(r'[0-9]+\.[0-9]+', argv[1]):
@@ -752,7 +784,8 @@ def main(argv: List[str]) -> int:
 		print(nearest_tree(argv[1]) or '')
 		return 0
 	if len(argv) < 1 or argv[0] != 'check':
-		print('usage: harness/plan.py check [CASES [VARIANT...]] | actions | designs', file=sys.stderr)
+		print('usage: harness/plan.py check [CASES [VARIANT...]] | actions | designs | make-facts [VARIANT...]',
+		      file=sys.stderr)
 		return 2
 	known = known_names()
 	if len(argv) > 1:

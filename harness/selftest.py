@@ -1132,6 +1132,16 @@ class GuestSteps(unittest.TestCase):
 				     'load_held 3 /x.ko x_blk xb0 a=1 > /dev/null; echo "$n_load $LOAD $HELD"\n',
 				     'drivers.sh').strip()
 
+	def test_part_opens_the_first_partition_of_the_table_the_host_named(self):
+		# The host chooses the golden table (golden.py); the guest reads
+		# the one it names.
+		with tempfile.TemporaryDirectory() as tmp:
+			(pathlib.Path(tmp) / 'x.expected').write_text('# none\n')
+			(pathlib.Path(tmp) / 'x.fixed.expected').write_text('# one\n5 63 100\n6 200 10\n')
+			script = (f'GOLDEN={tmp}; DISK=raceblk0; PART=p\n'
+				  'GOLDEN_TABLE=x.fixed.expected device_of part; GOLDEN_TABLE=x.expected device_of part\n')
+			self.assertEqual(self.guest_sh(script, 'disk.sh').split(), ['raceblk0p5', 'raceblk0'])
+
 	def test_load_held_loads_until_a_failure_is_held(self):
 		self.assertEqual(self.load_held('OK/await_OK ENOMEM/await_ENOENT ENOMEM/await_OK'),
 				 '3 ENOMEM await OK')

@@ -26,30 +26,12 @@ found_partitions() {
 	done | sort -n
 }
 
-# golden_table: the image's golden table for this kernel's series
-# (IMAGE.SERIES.expected), or for 6.1 (IMAGE.expected).  A design of the
-# module change (/lib/raceblk/designs) has fixed's block posting, and so
-# its tables.
-golden_table() {
-	local series=${VARIANT%%-*} series_table
-
-	if sed 's/#.*//' /lib/raceblk/designs | grep -qw -e "$series"; then
-		series=fixed
-	fi
-	series_table=$GOLDEN/$IMAGE.$series.expected
-
-	if [ -f "$series_table" ]; then
-		echo "$series_table"
-	else
-		echo "$GOLDEN/$IMAGE.expected"
-	fi
-}
-
-# golden_partitions: "number start size" of each partition the image's
-# golden table lists (comments and blank lines dropped): device_of's
-# "part" (which partition an action opens; the host judges the tables).
+# golden_partitions: "number start size" of each partition of the
+# image's golden table the host named (GOLDEN_TABLE; comments and blank
+# lines dropped): device_of's "part" (which partition an action opens; the
+# host judges the tables).
 golden_partitions() {
-	awk '{ sub(/#.*/, "") } NF { print $1, $2, $3 }' "$(golden_table)"
+	awk '{ sub(/#.*/, "") } NF { print $1, $2, $3 }' "$GOLDEN/$GOLDEN_TABLE"
 }
 
 # device_of NAME: "disk" is the whole disk; "part" its first partition in
