@@ -59,10 +59,8 @@ $(error KERNEL_SRC=$(KERNEL_SRC) is $(SRC_VERSION): older than every known tree 
 endif
 BUILD := $(TOP)/build/src-$(notdir $(KERNEL_SRC))
 # The commit the builds are made of, in a file only rewritten when HEAD
-# moves: the kernel cache's key and make's dependency.
+# moves (its rule, below): the kernel cache's key and make's dependency.
 SRC_HEAD := $(BUILD)/src-head
-$(shell mkdir -p $(BUILD) && head=$$(git -C $(KERNEL_SRC) rev-parse HEAD) && \
-	{ [ "$$(cat $(SRC_HEAD) 2> /dev/null)" = "$$head" ] || echo "$$head" > $(SRC_HEAD); })
 export RACEBLK_SOURCE := $(KERNEL_SRC) ($(SRC_VERSION), $(shell git -C $(KERNEL_SRC) rev-parse --short HEAD)) with kernel-patches/$(KERNEL)/
 # BZIMAGE_OBJ=DIR (harness/run --bzimage sets it): the object tree of a
 # kernel the user configured and built.  No kernel is built here: raceblk
@@ -114,14 +112,11 @@ DESIGN_VARIANTS := $(call facts,design)
 # SERIES-FRAGMENT..., and its fragments' "# harness:" lines).
 comma := ,
 variant_fact = $(word $(2),$(subst :, ,$(filter $(1):%,$(call facts,variant))))
-# BZIMAGE_OBJ: the variant's kernel is the user's (its sources, for the
-# symbolised traces: OBJ/source of an O= build, else OBJ).
+# BZIMAGE_OBJ: the variant's kernel is the user's (its rule, below).
 ifneq ($(BZIMAGE_OBJ),)
 ifneq ($(words $(VARIANTS)) $(filter $(VARIANTS),$(DEFAULT_VARIANTS)),1 $(VARIANTS))
 $(error BZIMAGE_OBJ: VARIANTS is what the kernel is judged as: one of $(DEFAULT_VARIANTS))
 endif
-$(shell mkdir -p $(BUILD)/kernel/$(VARIANTS) && ln -sfn $(BZIMAGE_OBJ) $(BUILD)/kernel/$(VARIANTS)/obj && \
-	ln -sfn $(if $(wildcard $(BZIMAGE_OBJ)/source),$(BZIMAGE_OBJ)/source,$(BZIMAGE_OBJ)) $(BUILD)/kernel/$(VARIANTS)/src)
 endif
 # Good images come from a parted spec, hostile ones from a good one plus a
 # byte patch (good ones first).
@@ -263,7 +258,14 @@ $(PRISTINE)/.extracted: $(KERNEL_TARBALL)
 	@touch $@
 
 ifneq ($(BZIMAGE_OBJ),)
-# The user's kernel is built already: no rule may rebuild it.
+# The user's kernel is built already: no rule may rebuild it.  Its object
+# tree and its sources (for the symbolised traces: OBJ/source of an O=
+# build, else OBJ) are linked where a variant's kernel would be.
+$(BUILD)/kernel/$(VARIANTS)/obj/arch/x86/boot/bzImage:
+	@mkdir -p $(BUILD)/kernel/$(VARIANTS)
+	@ln -sfn $(BZIMAGE_OBJ) $(BUILD)/kernel/$(VARIANTS)/obj
+	@ln -sfn $(if $(wildcard $(BZIMAGE_OBJ)/source),$(BZIMAGE_OBJ)/source,$(BZIMAGE_OBJ)) \
+		$(BUILD)/kernel/$(VARIANTS)/src
 else ifeq ($(KERNEL_SRC),)
 $(BUILD)/kernel/%/src/.applied: $(PRISTINE)/.extracted \
 		$(TREE)/series.$$(call series_of,$$*) \
@@ -277,6 +279,11 @@ $(BUILD)/kernel/%/src/.applied: $(PRISTINE)/.extracted \
 	done
 	@touch $@
 else
+$(SRC_HEAD): FORCE
+	@mkdir -p $(@D)
+	@head=$$(git -C $(KERNEL_SRC) rev-parse HEAD); [ "$$(cat $@ 2> /dev/null)" = "$$head" ] || echo "$$head" > $@
+FORCE:
+
 $(BUILD)/kernel/%/src/.applied: $(SRC_HEAD) \
 		$(TREE)/series.$$(call series_of,$$*) \
 		$$(call series_patches,$$(call series_of,$$*))
