@@ -9,7 +9,7 @@ import os
 import pathlib
 import shutil
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import golden
 import guestvm
@@ -51,18 +51,22 @@ class Guests:
 	def __init__(self, opts: argparse.Namespace, session: Session, scenarios: List[Scenario], sockdir: str):
 		self.opts, self.session, self.scenarios, self.sockdir = opts, session, scenarios, sockdir
 		self.accel = 'tcg'
-		self.snapshots: Dict[str, pathlib.Path] = {}
+		# The snapshot of each variant's guests on each machine that has
+		# them (plan.machine_traits).
+		self.snapshots: Dict[Tuple[str, str], pathlib.Path] = {}
 
-	def machine(self, variant: str, accel: Optional[str] = None,
-		    scenario: Optional[Scenario] = None) -> guestvm.Machine:
-		if scenario is None or scenario.machine == plan.DEFAULT_MACHINE:
-			machine = guestvm.Machine(accel or self.accel, variant, self.session.kernel_of(variant), vcpus=self.opts.vcpus)
-		else:
-			machine = guestvm.Machine(accel or self.accel, variant, self.session.kernel_of(variant), scenario.machine,
-						  self.session.disk_of(scenario.image), vcpus=self.opts.vcpus)
+	def machine(self, variant: str, accel: Optional[str] = None, scenario: Optional[Scenario] = None,
+		    kind: str = plan.DEFAULT_MACHINE) -> guestvm.Machine:
+		kind = scenario.machine if scenario else kind
+		disk = self.session.disk_of(scenario.image) if scenario and 'disk' in plan.machine_traits(kind) else None
+		machine = guestvm.Machine(accel or self.accel, variant, self.session.kernel_of(variant), kind, disk,
+					  vcpus=self.opts.vcpus)
 		if scenario is not None:
 			machine.interactive, machine.gdb_port = self.opts.shell, self.opts.gdb
 		return machine
+
+	def snapshot_of(self, scenario: Scenario) -> Optional[pathlib.Path]:
+		return self.snapshots.get((scenario.variant, scenario.machine))
 
 	def timeout_of(self, variant: str) -> int:
 		"""A guest's timeout: --timeout, or SLOW_VARIANT_TIMEOUT times it on
@@ -106,17 +110,20 @@ class Guests:
 			return False
 		return answered_ktap(probe)
 
-	def save_snapshot(self, variant: str) -> Optional[str]:
-		"""Save VARIANT's snapshot unless the saved one is current; None
-		when it is usable, else why not.  A new snapshot is kept only
-		when a first restore of it runs clean (SAVE_TRIES saves at most)."""
-		snapdir = self.session.build / 'snapshots' / variant
-		machine = self.machine(variant)
+	def save_snapshot(self, wanted: Tuple[str, str]) -> Optional[str]:
+		"""Save the snapshot of WANTED (variant, machine) unless the saved
+		one is current; None when it is usable, else why not.  A new
+		snapshot is kept only when a first restore of it runs clean
+		(SAVE_TRIES saves at most)."""
+		variant, kind = wanted
+		# The default machine's under the variant's name, as it always was.
+		snapdir = self.session.build / 'snapshots' / (variant if kind == plan.DEFAULT_MACHINE else f'{variant}@{kind}')
+		machine = self.machine(variant, kind=kind)
 		parts = [self.session.initramfs_of(variant), self.session.image_archive(plan.DEFAULT_IMAGE)]
 		key = machine.key(parts)
 		vm = snapdir / 'vm'
 		if (snapdir / 'key').is_file() and (snapdir / 'key').read_text().strip() == key and vm.is_file():
-			self.snapshots[variant] = vm
+			self.snapshots[wanted] = vm
 			return None
 		for _ in range(SAVE_TRIES):
 			shutil.rmtree(snapdir, ignore_errors=True)
@@ -125,26 +132,26 @@ class Guests:
 			try:
 				guestvm.save_snapshot(machine, snapdir, self.sockdir, snapdir / 'vm.initrd', vm,
 						      2 * self.timeout_of(variant))
-				problem = self.restore_problem(variant, snapdir)
+				problem = self.restore_problem(machine, snapdir)
 			except guestvm.Fault as fault:
 				return str(fault)
 			if not problem:
 				(snapdir / 'key').write_text(key + '\n')
-				self.snapshots[variant] = vm
+				self.snapshots[wanted] = vm
 				return None
 		shutil.rmtree(snapdir, ignore_errors=True)
 		return f'{SAVE_TRIES} snapshots saved; the first restore of each failed: {problem}'
 
-	def restore_problem(self, variant: str, snapdir: pathlib.Path) -> str:
+	def restore_problem(self, machine: guestvm.Machine, snapdir: pathlib.Path) -> str:
 		"""Restore SNAPDIR's new snapshot once, with no steps: '' when the
 		guest answers in KTAP and its console shows no crash line, else
 		what went wrong.  (A snapshot that crashes at its restore would
 		fail every scenario of the variant.)"""
 		check = snapdir / 'check'
 		check.mkdir()
-		message = guestvm.scenario_message(variant, 'snapshot-check', plan.DEFAULT_IMAGE, (), ())
-		outcome = guestvm.run_scenario(self.machine(variant), check, self.sockdir, snapdir / 'vm.initrd',
-					       message, self.timeout_of(variant), snapshot=snapdir / 'vm')
+		message = guestvm.scenario_message(machine.variant, 'snapshot-check', plan.DEFAULT_IMAGE, (), ())
+		outcome = guestvm.run_scenario(machine, check, self.sockdir, snapdir / 'vm.initrd',
+					       message, self.timeout_of(machine.variant), snapshot=snapdir / 'vm')
 		console = check / 'console.log'
 		crashes = verdict.crash_lines(console.read_bytes().decode(errors='replace') if console.exists() else '')
 		if crashes:
@@ -154,21 +161,23 @@ class Guests:
 		return ''
 
 	def choose_boots(self) -> str:
-		"""Per variant, snapshot restores or cold boots; saves the
-		snapshots wanted, in parallel."""
-		boots: Dict[str, int] = {}
-		# Snapshots are of microvm guests; other machines boot cold.
-		# Each --repeat run is a boot of its own.
+		"""Per variant and machine, snapshot restores or cold boots; saves
+		the snapshots wanted, in parallel."""
+		boots: Dict[Tuple[str, str], int] = {}
+		# Only a machine whose traits say so has snapshots; the others
+		# boot cold.  Each --repeat run is a boot of its own.
 		for scenario in self.scenarios:
-			if scenario.machine == plan.DEFAULT_MACHINE:
-				boots[scenario.variant] = boots.get(scenario.variant, 0) + self.opts.repeat
-		wanted = [v for v, n in boots.items()
+			if 'snapshot' in plan.machine_traits(scenario.machine):
+				key = (scenario.variant, scenario.machine)
+				boots[key] = boots.get(key, 0) + self.opts.repeat
+		wanted = [k for k, n in boots.items()
 			  if self.opts.boot == 'snapshot' or (self.opts.boot == 'auto' and n >= SNAPSHOT_MIN)]
 		with concurrent.futures.ThreadPoolExecutor(max(1, min(len(wanted), self.opts.jobs))) as pool:
-			for variant, why in zip(wanted, pool.map(self.save_snapshot, wanted)):
+			for (variant, kind), why in zip(wanted, pool.map(self.save_snapshot, wanted)):
 				if why:
-					print(f'harness: cannot save a snapshot of {variant}; cold boots instead. {why}',
+					shown = variant if kind == plan.DEFAULT_MACHINE else f'{variant} on {kind}'
+					print(f'harness: cannot save a snapshot of {shown}; cold boots instead. {why}',
 					      file=sys.stderr)
-		kinds = {s.variant in self.snapshots and s.machine == plan.DEFAULT_MACHINE for s in self.scenarios}
+		kinds = {self.snapshot_of(s) is not None for s in self.scenarios}
 		return {frozenset([True]): 'snapshots', frozenset([False]): 'cold boots'}.get(
 			frozenset(kinds), 'snapshots and cold boots')

@@ -624,6 +624,21 @@ def machines(top: pathlib.Path = TOP) -> List[str]:
 	return sorted(p.name for p in (top / 'harness/machines').iterdir())
 
 
+@functools.lru_cache(maxsize=None)
+def machine_traits(name: str, top: pathlib.Path = TOP) -> Dict[str, str]:
+	"""What the harness makes of machine NAME (harness/machines/NAME):
+	snapshot (its "# harness:" line: a guest of it can be restored from a
+	snapshot of its variant's), disk (its arguments take the case's image
+	as a disk, {disk}: it boots cold, the disk being the image's)."""
+	text = (top / 'harness/machines' / name).read_text()
+	match = FRAGMENT_TRAITS_RE.search(text)
+	traits = dict((w.split('=', 1) + ['yes'])[:2] for w in (match.group(1).split() if match else []))
+	if '{disk}' in text:
+		traits['disk'] = 'yes'
+		traits.pop('snapshot', None)
+	return traits
+
+
 @dataclasses.dataclass(frozen=True)
 class Scenario:
 	"""One guest's work: a row resolved for one variant and one image."""

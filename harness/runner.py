@@ -143,7 +143,7 @@ def check_built(session: Session, scenarios: List[Scenario], variants: List[str]
 	for image in sorted({s.image for s in scenarios}):
 		if not session.image_archive(image).is_file():
 			raise Refusal(f"no archive of image '{image}' under {session.shown}/: run 'make initramfs'")
-	for image in sorted({s.image for s in scenarios if s.machine != plan.DEFAULT_MACHINE}):
+	for image in sorted({s.image for s in scenarios if 'disk' in plan.machine_traits(s.machine)}):
 		if not session.disk_of(image).is_file():
 			raise Refusal(f"no disk image '{image}' under {session.shown}/: run 'make images'")
 	if not shutil.which(guestvm.QEMU):
@@ -164,7 +164,7 @@ class Runner(boots.Guests):
 		return base if self.opts.repeat == 1 else base / f'run-{k}'
 
 	def boot(self, scenario: Scenario, workdir: pathlib.Path) -> str:
-		snapshot = self.snapshots.get(scenario.variant) if scenario.machine == plan.DEFAULT_MACHINE else None
+		snapshot = self.snapshot_of(scenario)
 		self.write_rerun(scenario, workdir, 'the run restored it from its variant\'s snapshot' if snapshot
 				 else 'the run booted it cold')
 		if snapshot is None:
@@ -184,7 +184,7 @@ class Runner(boots.Guests):
 		archive = b'' if scenario.image == plan.DEFAULT_IMAGE else self.session.image_archive(scenario.image).read_bytes()
 		if self.opts.own_module:
 			archive = self.session.own_archive(scenario.variant).read_bytes()
-		return guestvm.run_scenario(self.machine(scenario.variant), workdir, self.sockdir,
+		return guestvm.run_scenario(self.machine(scenario.variant, kind=scenario.machine), workdir, self.sockdir,
 					    snapshot.with_suffix('.initrd'), self.message(scenario, archive),
 					    self.timeout_of(scenario.variant), snapshot=snapshot,
 					    reported=verdict.reported)

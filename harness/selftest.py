@@ -359,6 +359,27 @@ class Reports(Case):
 		self.assertEqual(done.stdout.count('\nqemu-system-x86_64 '), 6)
 		self.assertEqual(done.stdout.count('--- vanilla/'), 6)
 
+	def test_a_new_machine_is_its_file_and_its_cases(self):
+		# docs/cases.md: a machine that can be snapshotted is a file in
+		# harness/machines/ and the cases that name it, nothing else.
+		with tempfile.TemporaryDirectory() as tmp:
+			tree = pathlib.Path(tmp) / 'tree'
+			shutil.copytree(TOP, tree, ignore=shutil.ignore_patterns('.git', 'build'))
+			machine = (HARNESS / 'machines/microvm').read_text()
+			(tree / 'harness/machines/dummy').write_text(machine)
+			with open(tree / 'harness/cases', 'a') as cases:
+				cases.write('\n# A machine of the self-test\'s own.\ncase dummy_machine\n'
+					    'params  fail_at=none machine=dummy\nkernel  all\nload=OK\nunload=OK\n')
+			(self.fake.bin / 'qemu-system-x86_64').unlink()
+			(self.fake.bin / 'qemu-system-x86_64').symlink_to(tree / 'harness/selftest/fake-qemu')
+			done = subprocess.run([str(tree / 'harness/run'), '--snapshot', '--filter', 'vanilla/dummy_machine/*'],
+					      env=self.fake.env('pass'), capture_output=True, text=True, timeout=120, check=False)
+			self.assertSummary(done, 1, 0, 0)
+			self.assertIn(', snapshots,', done.stdout)
+			self.assertTrue((self.fake.build / 'snapshots/vanilla@dummy/vm').is_file(), done.stderr)
+			self.assertIn('restored it from its variant\'s snapshot',
+				      (self.fake.build / 'results/vanilla/dummy_machine/mbr-primary/qemu.cmd').read_text())
+
 	def test_kunit_parser_present(self):
 		# The other tests parse results.ktap with it when it is there:
 		# without it, this skip says those checks did not run.
