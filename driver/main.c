@@ -14,11 +14,11 @@
  * completes each request that long after it was queued, so that I/O can be
  * outstanding on purpose.
  *
- * backend=blk (the default) is a blk-mq disk of its own (raceblk0);
- * backend=scsi a SCSI low-level driver whose disk belongs to sd (scsi.c).
- * free_disk=1 gives the blk disk a ->free_disk, as sd and loop have: the
- * disk's last put frees the driver's data then, and checks that whoever
- * put it still held the driver.
+ * This file is the core: the parameters, the points, the image.  The disk
+ * is a backend's (RACEBLK_BACKENDS in internal.h, a file each):
+ * backend=blk (the default) a blk-mq disk of its own (raceblk0,
+ * backend_blk.c), backend=scsi a SCSI low-level driver whose disk belongs
+ * to sd (backend_scsi.c).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -38,45 +38,44 @@
 #include "raceblk.h"
 #include "internal.h"
 
-#define RACEBLK_POINT_NAME(id, name, blk, scsi)	[RACEBLK_##id] = #name,
+#define RACEBLK_POINT_NAME(id, name)	[RACEBLK_##id] = #name,
 static const char * const raceblk_point_names[RACEBLK_NR_POINTS] = {
 	RACEBLK_POINTS(RACEBLK_POINT_NAME)
 };
 
 #undef RACEBLK_POINT_NAME
 
-enum raceblk_backend {
-	RACEBLK_BACKEND_BLK,
-	RACEBLK_BACKEND_SCSI,
-};
-
+/*
+ * The backends (RACEBLK_BACKENDS): each one's name, operations and the
+ * points it reaches, as " none alloc ... " (a word is found with its
+ * spaces around it).
+ */
+#define RACEBLK_BACKEND_NAME(name, what, points)	#name,
 static const char * const raceblk_backend_names[] = {
-	[RACEBLK_BACKEND_BLK]	= "blk",
-	[RACEBLK_BACKEND_SCSI]	= "scsi",
+	RACEBLK_BACKENDS(RACEBLK_BACKEND_NAME)
 };
 
-/*
- * Whether each backend reaches each point, { blk, scsi } in enum
- * raceblk_backend's order: fail_at= and hold= name one of them.
- */
-#define RACEBLK_POINT_ON(id, name, blk, scsi)	{ blk, scsi },
-static const bool raceblk_point_on[RACEBLK_NR_POINTS][2] = {
-	RACEBLK_POINTS(RACEBLK_POINT_ON)
+#undef RACEBLK_BACKEND_NAME
+
+#define RACEBLK_BACKEND_ENTRY(name, what, points)			\
+	{ &raceblk_##name##_backend, " " #points " " },
+static const struct {
+	const struct raceblk_backend *ops;
+	const char *points;
+} raceblk_backends[] = {
+	RACEBLK_BACKENDS(RACEBLK_BACKEND_ENTRY)
 };
 
-#undef RACEBLK_POINT_ON
+#undef RACEBLK_BACKEND_ENTRY
 
 /*
- * "backend=blk: none alloc ...; backend=scsi: ...": the points of each
- * backend, for the descriptions of fail_at= and hold= (modinfo).
+ * "; backend=blk: none alloc ...; backend=scsi: ...": the points of each
+ * backend, for the descriptions of fail_at= and hold= (modinfo), and what
+ * each backend makes, for backend=.
  */
-#define RACEBLK_IF_1(s)	s
-#define RACEBLK_IF_0(s)
-#define RACEBLK_BLK_WORD(id, name, blk, scsi)	RACEBLK_IF_##blk(" " #name)
-#define RACEBLK_SCSI_WORD(id, name, blk, scsi)	RACEBLK_IF_##scsi(" " #name)
-#define RACEBLK_POINT_LISTS						\
-	"backend=blk:" RACEBLK_POINTS(RACEBLK_BLK_WORD)			\
-	"; backend=scsi:" RACEBLK_POINTS(RACEBLK_SCSI_WORD)
+#define RACEBLK_BACKEND_POINTS(name, what, points)	"; backend=" #name ": " #points
+#define RACEBLK_POINT_LISTS	RACEBLK_BACKENDS(RACEBLK_BACKEND_POINTS)
+#define RACEBLK_BACKEND_WHAT(name, what, points)	"; " #name ": " what
 
 /* What init does on failure once the disk was added. */
 enum raceblk_unwind {
@@ -97,7 +96,7 @@ static const char * const raceblk_unwind_names[] = {
 static char *g_fail_at = "none";
 module_param_named(fail_at, g_fail_at, charp, 0444);
 MODULE_PARM_DESC(fail_at,
-		 "Point where init fails; " RACEBLK_POINT_LISTS ". Default: none");
+		 "Point where init fails" RACEBLK_POINT_LISTS ". Default: none");
 
 /*
  * Integer parameters, as null_blk takes them: base 10 only ("010" is ten,
@@ -148,7 +147,7 @@ MODULE_PARM_DESC(fail_errno, "Positive errno init fails with at fail_at, 1..133 
 static char *g_hold = "none";
 module_param_named(hold, g_hold, charp, 0444);
 MODULE_PARM_DESC(hold,
-		 "Point where init waits for the release parameter; " RACEBLK_POINT_LISTS
+		 "Point where init waits for the release parameter" RACEBLK_POINT_LISTS
 		 ". Default: none");
 
 static int g_hold_timeout_ms = 30000;
@@ -165,9 +164,9 @@ MODULE_PARM_DESC(unwind, "Error path once the disk was added: clean (del_gendisk
 
 static char *g_backend = "blk";
 module_param_named(backend, g_backend, charp, 0444);
-MODULE_PARM_DESC(backend, "blk (default): a blk-mq disk; scsi: a SCSI host whose disk sd owns");
+MODULE_PARM_DESC(backend, "What init makes" RACEBLK_BACKENDS(RACEBLK_BACKEND_WHAT) ". Default: blk");
 
-static bool g_free_disk;
+bool g_free_disk;
 
 /*
  * A bool, 0 or 1 and nothing else (kstrtobool() would take "010" for 0 and
@@ -198,9 +197,7 @@ MODULE_PARM_DESC(image, "Disk image, a firmware path under /lib/firmware, at mos
 static enum raceblk_point g_fail_point;
 static enum raceblk_point g_hold_point;
 static enum raceblk_unwind g_unwind_mode;
-static enum raceblk_backend g_backend_kind;
-/* unwind=leak left something in use that still points at the image. */
-static bool g_leaked;
+static int g_backend_index;
 static DECLARE_COMPLETION(raceblk_released);
 
 /* Where init is, for the read-only stage parameter. */
@@ -282,13 +279,17 @@ static const struct kernel_param_ops raceblk_release_ops = {
 module_param_cb(release, &raceblk_release_ops, NULL, 0200);
 MODULE_PARM_DESC(release, "Write anything to let init go on from hold");
 
-/* Per request: completed by a timer when io_delay_ms is set. */
-struct raceblk_cmd {
-	struct hrtimer timer;
-	blk_status_t status;
-};
 
 static struct raceblk_dev *g_dev;
+
+/* Whether the chosen backend's init reaches @point. */
+static bool raceblk_backend_reaches(enum raceblk_point point)
+{
+	char word[32];
+
+	snprintf(word, sizeof(word), " %s ", raceblk_point_names[point]);
+	return strstr(raceblk_backends[g_backend_index].points, word);
+}
 
 /*
  * Wait at @point until release is written (at once if it was written
@@ -323,10 +324,12 @@ static int raceblk_hold(enum raceblk_point point)
  * Record that init reached @point, wait there if hold= names it, and return
  * the error to fail with there, or 0 to go on.
  */
-static int raceblk_reach(enum raceblk_point point)
+int raceblk_reach(enum raceblk_point point)
 {
 	int err;
 
+	/* A backend reaches the points its line of RACEBLK_BACKENDS lists. */
+	WARN_ON_ONCE(!raceblk_backend_reaches(point));
 	raceblk_set_stage(RACEBLK_STAGE_AT, point);
 	if (point == g_hold_point) {
 		err = raceblk_hold(point);
@@ -343,6 +346,38 @@ static int raceblk_reach(enum raceblk_point point)
 	return -g_fail_errno;
 }
 
+/* Whether fail_at= or hold= names @point: init has work to do there. */
+bool raceblk_point_chosen(enum raceblk_point point)
+{
+	return point == g_fail_point || point == g_hold_point;
+}
+
+/*
+ * The raceblk_dev is no longer init's to free on failure: something in
+ * use points at it (unwind=leak), or the disk frees it (free_disk=1).
+ * Not a field of it: it may be gone by the time init looks.
+ */
+static bool g_dev_given_away;
+
+void raceblk_give_away_dev(void)
+{
+	g_dev_given_away = true;
+}
+
+/*
+ * A backend's init failed with @err once @what was visible: whether
+ * unwind=leak says to return now, leaving it behind in use, as a buggy
+ * driver does (its memory stays: it still points at the image).
+ */
+bool raceblk_unwind_leaks(int err, const char *what)
+{
+	if (g_unwind_mode != RACEBLK_UNWIND_LEAK)
+		return false;
+	pr_warn("unwind=leak: returning %pe, leaving %s behind\n", ERR_PTR(err), what);
+	raceblk_give_away_dev();
+	return true;
+}
+
 /* The index of @value in @names, or -EINVAL with a pr_err naming @param. */
 static int raceblk_parse_name(const char *param, const char *value,
 			      const char * const *names, size_t nr_names)
@@ -356,10 +391,10 @@ static int raceblk_parse_name(const char *param, const char *value,
 
 static int raceblk_check_point(const char *param, enum raceblk_point point)
 {
-	if (raceblk_point_on[point][g_backend_kind])
+	if (raceblk_backend_reaches(point))
 		return 0;
 	pr_err("%s=%s: not a point of backend=%s\n", param,
-	       raceblk_point_names[point], raceblk_backend_names[g_backend_kind]);
+	       raceblk_point_names[point], raceblk_backend_names[g_backend_index]);
 	return -EINVAL;
 }
 
@@ -389,12 +424,12 @@ static int raceblk_parse_params(void)
 			       ARRAY_SIZE(raceblk_backend_names));
 	if (i < 0)
 		return -EINVAL;
-	g_backend_kind = i;
+	g_backend_index = i;
 	if (raceblk_check_point("fail_at", g_fail_point) ||
 	    raceblk_check_point("hold", g_hold_point))
 		return -EINVAL;
-	if (g_free_disk && g_backend_kind != RACEBLK_BACKEND_BLK) {
-		pr_err("free_disk=1: only with backend=blk (sd frees its own disk)\n");
+	if (g_free_disk && !raceblk_backends[i].ops->has_free_disk) {
+		pr_err("free_disk=1: not with backend=%s (the disk frees itself)\n", g_backend);
 		return -EINVAL;
 	}
 	return 0;
@@ -416,117 +451,6 @@ bool raceblk_past_end(const struct raceblk_dev *dev, const char *name,
 	return true;
 }
 
-static blk_status_t raceblk_transfer(struct raceblk_dev *dev, struct request *rq)
-{
-	loff_t pos = (loff_t)blk_rq_pos(rq) << SECTOR_SHIFT;
-	struct req_iterator iter;
-	struct bio_vec bvec;
-
-	if (raceblk_past_end(dev, rq->q->disk->disk_name, blk_op_str(req_op(rq)),
-			     blk_rq_pos(rq), blk_rq_sectors(rq)))
-		return BLK_STS_IOERR;
-
-	switch (req_op(rq)) {
-	case REQ_OP_READ:
-	case REQ_OP_WRITE:
-		break;
-	case REQ_OP_FLUSH:
-		return BLK_STS_OK;
-	default:
-		return BLK_STS_NOTSUPP;
-	}
-
-	rq_for_each_segment(bvec, rq, iter) {
-		if (req_op(rq) == REQ_OP_WRITE)
-			memcpy_from_page(dev->data + pos, bvec.bv_page,
-					 bvec.bv_offset, bvec.bv_len);
-		else
-			memcpy_to_page(bvec.bv_page, bvec.bv_offset,
-				       dev->data + pos, bvec.bv_len);
-		pos += bvec.bv_len;
-	}
-	return BLK_STS_OK;
-}
-
-static enum hrtimer_restart raceblk_cmd_timer_expired(struct hrtimer *timer)
-{
-	struct raceblk_cmd *cmd = container_of(timer, struct raceblk_cmd, timer);
-
-	blk_mq_end_request(blk_mq_rq_from_pdu(cmd), cmd->status);
-	return HRTIMER_NORESTART;
-}
-
-/*
- * Data moves when the request is queued; with io_delay_ms only its
- * completion waits, so the request stays in flight for that long.
- */
-static blk_status_t raceblk_queue_rq(struct blk_mq_hw_ctx *hctx,
-				     const struct blk_mq_queue_data *bd)
-{
-	struct raceblk_dev *dev = hctx->queue->queuedata;
-	struct request *rq = bd->rq;
-	struct raceblk_cmd *cmd = blk_mq_rq_to_pdu(rq);
-
-	blk_mq_start_request(rq);
-	cmd->status = raceblk_transfer(dev, rq);
-	if (!g_io_delay_ms) {
-		blk_mq_end_request(rq, cmd->status);
-		return BLK_STS_OK;
-	}
-	/*
-	 * Set up here rather than in ->init_request, whose numa_node
-	 * argument changed type in 7.x (and may in a stable tree): the
-	 * timer is idle, since the last use of the request ended in its
-	 * callback, which the timer core no longer tracks as active.
-	 */
-	hrtimer_setup(&cmd->timer, raceblk_cmd_timer_expired, CLOCK_MONOTONIC,
-		      HRTIMER_MODE_REL);
-	hrtimer_start(&cmd->timer, ms_to_ktime(g_io_delay_ms), HRTIMER_MODE_REL);
-	return BLK_STS_OK;
-}
-
-static const struct blk_mq_ops raceblk_mq_ops = {
-	.queue_rq	= raceblk_queue_rq,
-};
-
-static const struct block_device_operations raceblk_fops = {
-	.owner		= THIS_MODULE,
-};
-
-/* Set while raceblk itself may drop its disk's last reference. */
-static bool g_putting_own_disk;
-/* free_disk=1 and the disk was added: its ->free_disk frees the raceblk_dev. */
-static bool g_disk_owns_dev;
-
-/*
- * free_disk=1: the disk owns the driver's data and frees it at its last
- * put.  The block layer calls this from disk_release(), in this module:
- * unless raceblk put the disk itself (from its init's error path or its
- * exit), whoever put it last must still hold a reference on raceblk, or
- * the module may be gone under this very call.  Then nothing that follows
- * is safe, returning included: the task stops here.  BUG(), not WARN():
- * a module being freed may already be off the list that report_bug()
- * searches, and the WARN would become an "invalid opcode" oops or not
- * depending on timing; the message before it is what a test looks for.
- */
-static void raceblk_disk_free(struct gendisk *disk)
-{
-	struct raceblk_dev *dev = disk->private_data;
-
-	if (!READ_ONCE(g_putting_own_disk) && module_refcount(THIS_MODULE) < 1) {
-		pr_err("%s: ->free_disk called by one who no longer holds %s\n",
-		       disk->disk_name, KBUILD_MODNAME);
-		BUG();
-	}
-	pr_info("%s: ->free_disk: freeing the driver's data\n", disk->disk_name);
-	vfree(dev->data);
-	kfree(dev);
-}
-
-static const struct block_device_operations raceblk_fops_free_disk = {
-	.owner		= THIS_MODULE,
-	.free_disk	= raceblk_disk_free,
-};
 
 /*
  * Read the image into memory the disk can write to.  Not request_firmware():
@@ -568,244 +492,6 @@ static int raceblk_load_image(struct raceblk_dev *dev)
 	return 0;
 }
 
-static int raceblk_alloc_disk(struct raceblk_dev *dev)
-{
-	struct gendisk *disk;
-	int err;
-
-	dev->tag_set.ops = &raceblk_mq_ops;
-	dev->tag_set.nr_hw_queues = 1;
-	dev->tag_set.queue_depth = 64;
-	dev->tag_set.numa_node = NUMA_NO_NODE;
-	dev->tag_set.cmd_size = sizeof(struct raceblk_cmd);
-	dev->tag_set.flags = RACEBLK_TAG_SET_FLAGS;
-	err = blk_mq_alloc_tag_set(&dev->tag_set);
-	if (err)
-		return err;
-
-	/* 6.9 takes the queue limits here: NULL for the defaults. */
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 9, 0)
-	disk = blk_mq_alloc_disk(&dev->tag_set, NULL, dev);
-#else
-	disk = blk_mq_alloc_disk(&dev->tag_set, dev);
-#endif
-	if (IS_ERR(disk)) {
-		blk_mq_free_tag_set(&dev->tag_set);
-		return PTR_ERR(disk);
-	}
-	/*
-	 * No major: add_disk() takes the disk's and its partitions' numbers
-	 * from the extended dev_t space.
-	 */
-	disk->fops = g_free_disk ? &raceblk_fops_free_disk : &raceblk_fops;
-	disk->private_data = dev;
-	/* raceblk0; make soak's instances raceblk_s0... have raceblk_s00... */
-	strscpy(disk->disk_name, KBUILD_MODNAME "0", DISK_NAME_LEN);
-	set_capacity(disk, dev->capacity);
-	dev->disk = disk;
-	return 0;
-}
-
-/*
- * Put the disk and free the tag set.  With free_disk=1, once the disk was
- * added it owns @dev (g_disk_owns_dev), and this put may free it through
- * ->free_disk: the tag set goes first, which a deleted disk allows (see
- * disk_release()); a disk never added still needs it to exit its queue.
- */
-static void raceblk_free_disk(struct raceblk_dev *dev)
-{
-	struct gendisk *disk = dev->disk;
-
-	WRITE_ONCE(g_putting_own_disk, true);
-	if (g_disk_owns_dev) {
-		blk_mq_free_tag_set(&dev->tag_set);
-		put_disk(disk);
-	} else {
-		put_disk(disk);
-		blk_mq_free_tag_set(&dev->tag_set);
-	}
-	WRITE_ONCE(g_putting_own_disk, false);
-}
-
-/*
- * Open the disk for reading as any opener does, through the block layer
- * (which takes a reference on the disk's module).  6.9 opens block
- * devices as files.
- */
-#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 9, 0)
-struct raceblk_opened {
-	struct file *file;
-};
-
-static struct block_device *raceblk_open_disk(struct gendisk *disk,
-					      struct raceblk_opened *opened)
-{
-	opened->file = bdev_file_open_by_dev(disk_devt(disk), BLK_OPEN_READ,
-					     NULL, NULL);
-	if (IS_ERR(opened->file))
-		return ERR_CAST(opened->file);
-	return file_bdev(opened->file);
-}
-
-/*
- * Release the open now, not at the loader's return from finit_module() as
- * fput() would from a task: by then a failed init has been decided, and
- * the pending release's module reference would count as a holder (fixed
- * keeps the module) or run after the module is freed (vanilla).  The
- * partition scan's fix, the first patch of kernel-patches/6.12/block/,
- * does the same.
- */
-static void raceblk_close_disk(struct raceblk_opened *opened)
-{
-	__fput_sync(opened->file);
-}
-#else
-struct raceblk_opened {
-	struct block_device *bdev;
-};
-
-static struct block_device *raceblk_open_disk(struct gendisk *disk,
-					      struct raceblk_opened *opened)
-{
-	opened->bdev = blkdev_get_by_dev(disk_devt(disk), FMODE_READ, NULL);
-	return opened->bdev;
-}
-
-static void raceblk_close_disk(struct raceblk_opened *opened)
-{
-	blkdev_put(opened->bdev, FMODE_READ);
-}
-#endif
-
-/*
- * Read the first sector through the block layer, as a driver checking its
- * own disk during init would, and compare it with the image.
- */
-static int raceblk_scan_io(struct raceblk_dev *dev)
-{
-	struct raceblk_opened opened;
-	struct block_device *bdev;
-	struct bio_vec bvec;
-	struct page *page;
-	struct bio bio;
-	int err;
-
-	bdev = raceblk_open_disk(dev->disk, &opened);
-	if (IS_ERR(bdev)) {
-		pr_err("cannot open %s during init: %pe\n",
-		       dev->disk->disk_name, bdev);
-		return PTR_ERR(bdev);
-	}
-	page = alloc_page(GFP_KERNEL);
-	if (!page) {
-		err = -ENOMEM;
-		goto out_put_bdev;
-	}
-	bio_init(&bio, bdev, &bvec, 1, REQ_OP_READ);
-	bio.bi_iter.bi_sector = 0;
-	__bio_add_page(&bio, page, SECTOR_SIZE, 0);
-	err = submit_bio_wait(&bio);
-	if (!err && memcmp(page_address(page), dev->data, SECTOR_SIZE))
-		err = -EIO;
-	pr_info("%s: read sector 0 during init: %pe\n", dev->disk->disk_name,
-		ERR_PTR(err));
-	__free_page(page);
-out_put_bdev:
-	raceblk_close_disk(&opened);
-	return err;
-}
-
-/* The blk-mq backend, from its disk's allocation to its last point. */
-static int raceblk_init_blk(struct raceblk_dev *dev)
-{
-	int err;
-
-	err = raceblk_alloc_disk(dev);
-	if (err)
-		return err;
-	err = raceblk_reach(RACEBLK_BEFORE_ADD_DISK);
-	if (err)
-		goto out_free_disk;
-
-	/* Scans the partitions: the block layer calls into us from here on. */
-	err = add_disk(dev->disk);
-	if (err)
-		goto out_free_disk;
-	g_disk_owns_dev = g_free_disk;
-	pr_info("%s: %llu sectors from image %s\n", dev->disk->disk_name,
-		(unsigned long long)dev->capacity, g_image);
-	err = raceblk_reach(RACEBLK_AFTER_ADD_DISK);
-	if (err)
-		goto out_del_disk;
-
-	/*
-	 * Only a test aiming at after_scan_io reads the disk from init: on a
-	 * kernel that isolates modules during init, the read fails.
-	 */
-	if (g_fail_point == RACEBLK_AFTER_SCAN_IO ||
-	    g_hold_point == RACEBLK_AFTER_SCAN_IO) {
-		err = raceblk_scan_io(dev);
-		if (err)
-			goto out_del_disk;
-	}
-	err = raceblk_reach(RACEBLK_AFTER_SCAN_IO);
-	if (err)
-		goto out_del_disk;
-	err = raceblk_reach(RACEBLK_LATE);
-	if (err)
-		goto out_del_disk;
-	return 0;
-
-out_del_disk:
-	if (g_unwind_mode == RACEBLK_UNWIND_LEAK) {
-		pr_warn("unwind=leak: returning %pe, leaving %s behind\n",
-			ERR_PTR(err), dev->disk->disk_name);
-		g_leaked = true;
-		return err;
-	}
-	del_gendisk(dev->disk);
-out_free_disk:
-	raceblk_free_disk(dev);
-	return err;
-}
-
-/*
- * The SCSI backend: a host whose scan makes sd add the disk and scan its
- * partitions (after_scan); a failure unwinds as a low-level driver does.
- */
-static int raceblk_init_scsi(struct raceblk_dev *dev)
-{
-	int err;
-
-	err = raceblk_scsi_alloc(dev);
-	if (err)
-		return err;
-	err = raceblk_reach(RACEBLK_BEFORE_ADD_DISK);
-	if (err)
-		goto out_put_host;
-	err = raceblk_scsi_scan(dev);
-	if (err)
-		goto out_put_host;
-	err = raceblk_reach(RACEBLK_AFTER_SCAN);
-	if (err)
-		goto out_remove_host;
-	err = raceblk_reach(RACEBLK_LATE);
-	if (err)
-		goto out_remove_host;
-	return 0;
-
-out_remove_host:
-	if (g_unwind_mode == RACEBLK_UNWIND_LEAK) {
-		pr_warn("unwind=leak: returning %pe, leaving the SCSI host behind\n",
-			ERR_PTR(err));
-		g_leaked = true;
-		return err;
-	}
-	raceblk_scsi_remove(dev);
-out_put_host:
-	raceblk_scsi_put(dev);
-	return err;
-}
 
 static int __init raceblk_init(void)
 {
@@ -819,6 +505,7 @@ static int __init raceblk_init(void)
 	dev = kzalloc(sizeof(*dev), GFP_KERNEL);
 	if (!dev)
 		return -ENOMEM;
+	dev->image = g_image;
 	err = raceblk_load_image(dev);
 	if (err)
 		goto out_free_dev;
@@ -826,16 +513,13 @@ static int __init raceblk_init(void)
 	if (err)
 		goto out_free_data;
 
-	if (g_backend_kind == RACEBLK_BACKEND_SCSI)
-		err = raceblk_init_scsi(dev);
-	else
-		err = raceblk_init_blk(dev);
+	err = raceblk_backends[g_backend_index].ops->init(dev);
 	if (err) {
 		/*
 		 * unwind=leak left the disk or host, and its memory, in use;
 		 * with free_disk=1 the disk's last put frees them.
 		 */
-		if (g_leaked || g_disk_owns_dev)
+		if (g_dev_given_away)
 			return err;
 		goto out_free_data;
 	}
@@ -853,15 +537,8 @@ out_free_dev:
 
 static void __exit raceblk_exit(void)
 {
-	if (g_backend_kind == RACEBLK_BACKEND_SCSI) {
-		raceblk_scsi_remove(g_dev);
-		raceblk_scsi_put(g_dev);
-	} else {
-		del_gendisk(g_dev->disk);
-		raceblk_free_disk(g_dev);
-		if (g_disk_owns_dev)
-			return;
-	}
+	if (raceblk_backends[g_backend_index].ops->exit(g_dev))
+		return;
 	vfree(g_dev->data);
 	kfree(g_dev);
 }

@@ -1239,12 +1239,13 @@ class GuestSteps(unittest.TestCase):
 
 def fail_at_description() -> str:
 	"""The driver's MODULE_PARM_DESC(fail_at), as modinfo shows it: its
-	macros (RACEBLK_POINTS in internal.h, the lists main.c makes of them)
-	through the C preprocessor, no kernel headers needed."""
+	macros (RACEBLK_BACKENDS in internal.h, the lists main.c makes of
+	them) through the C preprocessor, no kernel headers needed."""
 	internal = (TOP / 'driver/internal.h').read_text()
 	main = (TOP / 'driver/main.c').read_text()
-	points = re.search(r'^#define RACEBLK_POINTS\(X\).*?[^\\]\n', internal, re.M | re.S).group()
-	lists = re.search(r'^#define RACEBLK_IF_1.*?^#define RACEBLK_POINT_LISTS.*?[^\\]\n', main, re.M | re.S).group()
+	points = re.search(r'^#define RACEBLK_BACKENDS\(X\).*?[^\\]\n', internal, re.M | re.S).group()
+	lists = re.search(r'^#define RACEBLK_BACKEND_POINTS.*?^#define RACEBLK_POINT_LISTS.*?[^\\]\n', main,
+			  re.M | re.S).group()
 	desc = re.search(r'MODULE_PARM_DESC\(fail_at,\s*(.*?)\);', main, re.S).group(1)
 	done = subprocess.run(['cpp', '-P'], input=points + lists + desc + '\n', capture_output=True, text=True,
 			      check=True)

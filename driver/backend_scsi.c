@@ -224,7 +224,7 @@ static struct scsi_host_template raceblk_sht = {
 	.cmd_size	= sizeof(struct raceblk_scsi_cmd),
 };
 
-int raceblk_scsi_alloc(struct raceblk_dev *dev)
+static int raceblk_scsi_alloc(struct raceblk_dev *dev)
 {
 	struct Scsi_Host *shost;
 
@@ -261,7 +261,7 @@ static bool raceblk_scsi_sd_bound(struct raceblk_dev *dev)
  * Add the host and scan it; return once sd has attached to the LUN and
  * scanned its partitions (see the top of this file).
  */
-int raceblk_scsi_scan(struct raceblk_dev *dev)
+static int raceblk_scsi_scan(struct raceblk_dev *dev)
 {
 	int err;
 
@@ -277,12 +277,49 @@ int raceblk_scsi_scan(struct raceblk_dev *dev)
 	return 0;
 }
 
-void raceblk_scsi_remove(struct raceblk_dev *dev)
+/*
+ * From the host's allocation to the backend's last point: the scan makes
+ * sd add the disk and scan its partitions (after_scan); a failure unwinds
+ * as a low-level driver does.
+ */
+static int raceblk_scsi_init(struct raceblk_dev *dev)
 {
+	int err;
+
+	err = raceblk_scsi_alloc(dev);
+	if (err)
+		return err;
+	err = raceblk_reach(RACEBLK_BEFORE_ADD_DISK);
+	if (err)
+		goto out_put_host;
+	err = raceblk_scsi_scan(dev);
+	if (err)
+		goto out_put_host;
+	err = raceblk_reach(RACEBLK_AFTER_SCAN);
+	if (err)
+		goto out_remove_host;
+	err = raceblk_reach(RACEBLK_LATE);
+	if (err)
+		goto out_remove_host;
+	return 0;
+
+out_remove_host:
+	if (raceblk_unwind_leaks(err, "the SCSI host"))
+		return err;
 	scsi_remove_host(dev->shost);
+out_put_host:
+	scsi_host_put(dev->shost);
+	return err;
 }
 
-void raceblk_scsi_put(struct raceblk_dev *dev)
+static bool raceblk_scsi_exit(struct raceblk_dev *dev)
 {
+	scsi_remove_host(dev->shost);
 	scsi_host_put(dev->shost);
+	return false;
 }
+
+const struct raceblk_backend raceblk_scsi_backend = {
+	.init	= raceblk_scsi_init,
+	.exit	= raceblk_scsi_exit,
+};
