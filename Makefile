@@ -32,6 +32,14 @@ SOAK_VARIANT ?= fixed-debug
 # the images), as harness/plan.py reads it from kernel-patches/ and images/:
 # asked once, KIND:VALUE words (plan.py's make_facts).
 FACTS := $(shell harness/plan.py make-facts $(SOAK_VARIANT) $(VARIANTS))
+ifneq ($(.SHELLSTATUS),0)
+ifneq ($(shell command -v python3),)
+$(error harness/plan.py make-facts failed (above))
+endif
+# No python3 yet (a fresh machine): make deps installs it, and the entry
+# points (test, race-demo, check, ...) run the rest in a make of its own.
+NO_PYTHON := 1
+endif
 facts = $(patsubst $(1):%,%,$(filter $(1):%,$(FACTS)))
 TREES := $(call facts,tree)
 ifneq ($(KERNEL_SRC),)
@@ -81,7 +89,7 @@ endif
 BUILD := $(TOP)/build/bzimage-$(shell echo '$(BZIMAGE_OBJ)' | sha256sum | cut -c1-8)
 export RACEBLK_SOURCE := $(BZIMAGE_OBJ) ($(BZIMAGE_RELEASE), judged as $(VARIANTS)) with kernel-patches/$(KERNEL)/
 else
-ifeq ($(filter $(KERNEL),$(TREES)),)
+ifeq ($(NO_PYTHON)$(filter $(KERNEL),$(TREES)),)
 $(error KERNEL=$(KERNEL): no kernel-patches/$(KERNEL)/series.vanilla (trees: $(TREES)))
 endif
 BUILD := $(TOP)/build/$(KERNEL)
@@ -111,7 +119,8 @@ DESIGN_VARIANTS := $(call facts,design)
 # What a variant is: VARIANT:SERIES:FRAGMENTS:SOAK (plan.py reads its name,
 # SERIES-FRAGMENT..., and its fragments' "# harness:" lines).
 comma := ,
-variant_fact = $(word $(2),$(subst :, ,$(filter $(1):%,$(call facts,variant))))
+variant_fact = $(or $(word $(2),$(subst :, ,$(filter $(1):%,$(call facts,variant)))),\
+	$(error variant $(1): not one make was told of (VARIANTS=$(1))))
 # BZIMAGE_OBJ: the variant's kernel is the user's (its rule, below).
 ifneq ($(BZIMAGE_OBJ),)
 ifneq ($(words $(VARIANTS)) $(filter $(VARIANTS),$(DEFAULT_VARIANTS)),1 $(VARIANTS))
@@ -261,11 +270,14 @@ ifneq ($(BZIMAGE_OBJ),)
 # The user's kernel is built already: no rule may rebuild it.  Its object
 # tree and its sources (for the symbolised traces: OBJ/source of an O=
 # build, else OBJ) are linked where a variant's kernel would be.
+# Precious: a failed or interrupted recipe must not delete the target,
+# which is the user's own bzImage through the link.
+.PRECIOUS: $(BUILD)/kernel/$(VARIANTS)/obj/arch/x86/boot/bzImage
 $(BUILD)/kernel/$(VARIANTS)/obj/arch/x86/boot/bzImage:
-	@mkdir -p $(BUILD)/kernel/$(VARIANTS)
-	@ln -sfn $(BZIMAGE_OBJ) $(BUILD)/kernel/$(VARIANTS)/obj
-	@ln -sfn $(if $(wildcard $(BZIMAGE_OBJ)/source),$(BZIMAGE_OBJ)/source,$(BZIMAGE_OBJ)) \
-		$(BUILD)/kernel/$(VARIANTS)/src
+	@mkdir -p $(BUILD)/kernel/$(VARIANTS) && \
+		ln -sfn $(if $(wildcard $(BZIMAGE_OBJ)/source),$(BZIMAGE_OBJ)/source,$(BZIMAGE_OBJ)) \
+			$(BUILD)/kernel/$(VARIANTS)/src && \
+		ln -sfn $(BZIMAGE_OBJ) $(BUILD)/kernel/$(VARIANTS)/obj
 else ifeq ($(KERNEL_SRC),)
 $(BUILD)/kernel/%/src/.applied: $(PRISTINE)/.extracted \
 		$(TREE)/series.$$(call series_of,$$*) \
@@ -279,9 +291,10 @@ $(BUILD)/kernel/%/src/.applied: $(PRISTINE)/.extracted \
 	done
 	@touch $@
 else
-$(SRC_HEAD): FORCE
-	@mkdir -p $(@D)
-	@head=$$(git -C $(KERNEL_SRC) rev-parse HEAD); [ "$$(cat $@ 2> /dev/null)" = "$$head" ] || echo "$$head" > $@
+# Rewritten only when HEAD moved: otherwise up to date (make -q too).
+SRC_HEAD_COMMIT := $(shell git -C $(KERNEL_SRC) rev-parse HEAD)
+$(SRC_HEAD): $(if $(filter $(SRC_HEAD_COMMIT),$(shell cat $(SRC_HEAD) 2> /dev/null)),,FORCE)
+	@mkdir -p $(@D) && echo $(SRC_HEAD_COMMIT) > $@
 FORCE:
 
 $(BUILD)/kernel/%/src/.applied: $(SRC_HEAD) \

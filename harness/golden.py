@@ -9,6 +9,7 @@ reports what it read; the host compares (verdict.py).
 
 import hashlib
 import pathlib
+import re
 from typing import Dict, List, Optional, Tuple
 
 HARNESS = pathlib.Path(__file__).resolve().parent
@@ -89,6 +90,15 @@ def kib_problems(table: str, kib: str) -> Optional[str]:
 
 # A difference lists this many runs of partitions at most, then a count.
 SHOWN_RUNS = 8
+
+
+TABLE_WORD_RE = re.compile(r'^[0-9]+:[0-9]+\+[0-9]+$')
+
+
+def is_table(text: str) -> bool:
+	"""TEXT is a table as the guest reports it, not what it says instead
+	("no raceblk0": the disk never came)."""
+	return text == 'none' or bool(text.split()) and all(TABLE_WORD_RE.match(w) for w in text.split())
 
 
 def parse_table(text: str) -> Dict[int, str]:

@@ -310,7 +310,8 @@ def dry_run(opts: argparse.Namespace, session: Session, scenarios: List[Scenario
 	runner.accel = cache.read_text().strip() if cache.is_file() else 'tcg'
 	print(f'harness: {len(scenarios)} scenarios on {session.source}, variants: {" ".join(opts.variants)}, '
 	      f'{runner.accel}, {opts.vcpus} vCPUs; dry run: each scenario\'s guest as its {guestvm.RERUN_CMD} '
-	      'boots it by hand (a run restores most from a snapshot and sends the scenario on the KTAP port)')
+	      f'boots it by hand (a run writes it in the scenario\'s directory, beside {guestvm.RERUN_SCENARIO}; '
+	      'a run restores most guests from a snapshot and sends the scenario on the KTAP port)')
 	for scenario in scenarios:
 		machine, parts = runner.rerun(scenario)
 		print(f'--- {scenario.name}')
@@ -323,7 +324,8 @@ def main(argv: List[str]) -> int:
 	session = Session.from_environment()
 	if opts.bzimage:
 		try:
-			session = bzimage.prepare(opts.bzimage, opts.as_variant, build=not (opts.list or opts.matrix))
+			session = bzimage.prepare(opts.bzimage, opts.as_variant,
+						  build=not (opts.list or opts.matrix or opts.dry_run))
 		except bzimage.Problem as problem:
 			raise Refusal(str(problem))
 	scenarios = compile_plan(opts, session)
@@ -337,10 +339,10 @@ def main(argv: List[str]) -> int:
 	if opts.list:
 		print('\n'.join(names))
 		return 0
-	if opts.dry_run:
-		return dry_run(opts, session, scenarios)
 	if not scenarios:
 		raise Refusal(f"no scenario matches '{opts.filter}' for variants: {' '.join(opts.variants)}")
+	if opts.dry_run:
+		return dry_run(opts, session, scenarios)
 	lock = Lock(session)
 	digest = prepare_own_image(opts, session) if opts.image else None
 	check_built(session, scenarios, opts.variants)

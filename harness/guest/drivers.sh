@@ -403,7 +403,7 @@ fault_leftovers() {
 # --- harness/run --module: the user's own driver ---------------------------
 
 # The module, as the host sent it in the scenario's archive
-# (harness/runner.py, own_archive): OWN_NAME, OWN_KO, OWN_DEPS (modules
+# (harness/session.py, own_archive): OWN_NAME, OWN_KO, OWN_DEPS (modules
 # it needs, in load order), OWN_DISK, OWN_PARAMS (every load's) and
 # OWN_FAIL (what makes its init fail after OWN_DISK is added).
 OWN_CONF=/lib/raceblk/own.conf
