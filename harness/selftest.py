@@ -1264,6 +1264,36 @@ def load_script(name: str) -> types.ModuleType:
 class RaceDemo(unittest.TestCase):
 	"""The main job's table, from canned results (harness/selftest/race-demo/)."""
 
+	CANNED = HARNESS / 'selftest/race-demo'
+
+	def canned(self):
+		"""make-canned as a module, and each tree's canned results."""
+		loader = importlib.machinery.SourceFileLoader('make_canned', str(self.CANNED / 'make-canned'))
+		module = types.ModuleType(loader.name)
+		module.__file__ = loader.path
+		loader.exec_module(module)
+		reports = {path.stem: results.Report.load(path) for path in sorted(self.CANNED.glob('*.json'))}
+		self.assertTrue(reports, f'no canned results in {self.CANNED}')
+		return module, reports
+
+	def test_tables_from_canned_results(self):
+		make_canned, reports = self.canned()
+		for tree, report in reports.items():
+			for backend, text in make_canned.render_all(report, tree).items():
+				golden = self.CANNED / f'{tree}.{backend}.out'
+				self.assertEqual(text, golden.read_text(), f'{golden}: race-demo prints another table')
+				self.assertIn('race-demo: proven', text)
+
+	def test_a_scenario_that_failed_is_unexpected_not_proven(self):
+		make_canned, reports = self.canned()
+		tree, report = next(iter(reports.items()))
+		held = next(r for r in report.scenarios if r.variant == 'fixed' and r.id == 'holder_close')
+		held.verdict = results.Verdict(results.Status.FAIL, 'not ok 3 held')
+		text = make_canned.render_all(report, tree)['blk']
+		self.assertIn('? UNEXPECTED', text)
+		self.assertIn('some scenarios did not behave as their cases expect', text)
+		self.assertNotIn('race-demo: proven', text)
+
 	def test_every_row_names_a_case(self):
 		race_demo = load_script('race-demo')
 		cases, errors = plan.parse_cases(TABLE)
@@ -1625,6 +1655,10 @@ class HostJudges(unittest.TestCase):
 		text = '1..1\n# obs partitions=none\nok 1 partitions\n'
 		self.assertEqual(self.judged(['partitions'], text, build)[0].mismatch,
 				 f'partitions: missing {good.replace(" ", ", ")}')
+		# What the guest says instead of a table is shown as it is.
+		text = '1..1\n# obs partitions=no raceblk0\nok 1 partitions\n'
+		self.assertEqual(self.judged(['partitions'], text, build)[0].mismatch,
+				 f'partitions=no raceblk0, expected {good}')
 
 	def test_fuzz_expects_the_error_of_the_one_who_refused(self):
 		text = '1..1\n# obs fuzz=EINVAL\n# obs driver_error=yes\n# obs kernel_invalid={}\nok 1 fuzz:fail_at:noval\n'
