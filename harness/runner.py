@@ -25,12 +25,12 @@ or setup, 130/143 interrupted by SIGINT/SIGTERM.
 The parts: cli.py (the command line), session.py (the tree and where its
 builds are), own.py (a disk image or a driver of the user's), boots.py
 (accelerator, snapshots, a guest's machine), records.py (runs made into
-records, the reports), control.py (the lock, the signals).
+records, the reports), control.py (the lock, the signals), byhand.py
+(--shell and --gdb).
 """
 
 import argparse
 import concurrent.futures
-import dataclasses
 import fnmatch
 import json
 import os
@@ -45,6 +45,7 @@ import traceback
 from typing import Dict, List, Tuple
 
 import boots
+import byhand
 import bzimage
 import guestvm
 import plan
@@ -62,9 +63,6 @@ from session import Refusal, Session
 
 HARNESS = plan.HARNESS
 TOP = plan.TOP
-# The steps after which --shell stops a case: raceblk's init held, or the
-# user's module (--module) failed with its disk held.
-HOLD_POINTS = ('held', 'own_held')
 
 
 # --- the plan -----------------------------------------------------------------
@@ -92,36 +90,8 @@ def compile_plan(opts: argparse.Namespace, session: Session) -> List[Scenario]:
 		# The guest unpacks one archive after a restore: the module's.
 		raise Refusal(f'--module runs cases on the default image only, and {opts.cases} has others')
 	if opts.interactive and not opts.list:
-		chosen = [interactive_scenario(chosen, opts.shell)]
+		chosen = [byhand.interactive_scenario(chosen, opts.shell)]
 	return chosen
-
-
-def interactive_scenario(chosen: List[Scenario], shell: bool) -> Scenario:
-	"""The one scenario --shell or --gdb runs; with --shell, a shell step
-	right after its first held step (init waits there)."""
-	if len(chosen) != 1:
-		names = ', '.join(s.name for s in chosen[:5]) + (', ...' if len(chosen) > 5 else '')
-		raise Refusal(f'--shell and --gdb run one scenario, and {len(chosen)} match'
-			      + (f' ({names})' if chosen else '') + ': name one with --filter VARIANT/ID/IMAGE '
-			      '(harness/run --list lists them)')
-	scenario = chosen[0]
-	if not shell:
-		return scenario
-	held = [i for i, name in enumerate(scenario.guest_steps) if name in HOLD_POINTS]
-	if not held:
-		raise Refusal(f'case {scenario.id} has no hold point (a held step): --shell stops there; '
-			      'cases with one: grep -l held harness/cases, or params hold=POINT')
-	steps = scenario.steps[:held[0] + 1] + ('shell',) + scenario.steps[held[0] + 1:]
-	# Init waits at the hold point as long as raceblk allows, not the
-	# case's seconds.
-	params = tuple(p for p in scenario.params if not p.startswith('hold_timeout_ms='))
-	return dataclasses.replace(scenario, steps=steps, params=params + (f'hold_timeout_ms={max_hold_ms()}',))
-
-
-
-def max_hold_ms() -> int:
-	"""raceblk's longest hold."""
-	return plan.driver_define('RACEBLK_MAX_HOLD_MS')
 
 
 def check_built(session: Session, scenarios: List[Scenario], variants: List[str]) -> None:
@@ -148,7 +118,6 @@ def check_built(session: Session, scenarios: List[Scenario], variants: List[str]
 			raise Refusal(f"no disk image '{image}' under {session.shown}/: run 'make images'")
 	if not shutil.which(guestvm.QEMU):
 		raise Refusal(f'{guestvm.QEMU} not found: apt-get install qemu-system-x86')
-
 
 
 class Runner(boots.Guests):
@@ -284,24 +253,6 @@ def run_all(runner: Runner, opts: argparse.Namespace, signals: Signals) -> List[
 	return records
 
 
-def say_interactive(opts: argparse.Namespace, session: Session, scenario: Scenario) -> None:
-	"""What --shell and --gdb give, before the guest boots."""
-	if opts.gdb:
-		obj = session.build / 'kernel' / scenario.variant / 'obj'
-		config = (obj / '.config').read_text() if (obj / '.config').is_file() else ''
-		shown = os.path.relpath(obj, TOP) if obj.is_relative_to(TOP) else str(obj)
-		print(f'harness: gdb stub on localhost:{opts.gdb} (kernel booted with nokaslr); attach with\n'
-		      f"  gdb {shown}/vmlinux -ex 'target remote localhost:{opts.gdb}'")
-		if 'CONFIG_DEBUG_INFO=y' not in config:
-			print(f'harness: {scenario.variant} has no debug info: gdb knows its symbols, not its '
-			      f'source lines; {plan.series_of(scenario.variant)}-gdb has them '
-			      f'(make initramfs VARIANTS={plan.series_of(scenario.variant)}-gdb)')
-	if opts.shell:
-		print('harness: the guest\'s console is this terminal.  At the hold point a shell starts '
-		      f'there; init waits until it exits (at most {max_hold_ms() // 60000} minutes), then the '
-		      'case goes on.  Ctrl-a x ends QEMU.', flush=True)
-
-
 def dry_run(opts: argparse.Namespace, session: Session, scenarios: List[Scenario]) -> int:
 	"""The plan, and for each scenario the qemu.cmd its run would write;
 	nothing boots, nothing is written."""
@@ -368,7 +319,7 @@ def main(argv: List[str]) -> int:
 			print(f'harness: {len(scenarios)} scenarios{runs} on {session.source}, '
 			      f'variants: {" ".join(opts.variants)}, '
 			      f'{runner.accel}, {opts.vcpus} vCPUs, {boot_kind}, -j {opts.jobs}', flush=True)
-			say_interactive(opts, session, scenarios[0])
+			byhand.say_interactive(opts, session, scenarios[0])
 			if not signals.caught:
 				records = run_all(runner, opts, signals)
 	finally:
