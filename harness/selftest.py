@@ -1254,7 +1254,7 @@ def fail_at_description() -> str:
 
 def load_script(name: str) -> types.ModuleType:
 	"""harness/NAME, a program whose file has no .py, as a module."""
-	loader = importlib.machinery.SourceFileLoader(name.replace('-', '_'), str(HARNESS / name))
+	loader = importlib.machinery.SourceFileLoader(pathlib.Path(name).name.replace('-', '_'), str(HARNESS / name))
 	module = types.ModuleType(loader.name)
 	module.__file__ = loader.path
 	loader.exec_module(module)
@@ -1268,10 +1268,7 @@ class RaceDemo(unittest.TestCase):
 
 	def canned(self):
 		"""make-canned as a module, and each tree's canned results."""
-		loader = importlib.machinery.SourceFileLoader('make_canned', str(self.CANNED / 'make-canned'))
-		module = types.ModuleType(loader.name)
-		module.__file__ = loader.path
-		loader.exec_module(module)
+		module = load_script('selftest/race-demo/make-canned')
 		reports = {path.stem: results.Report.load(path) for path in sorted(self.CANNED.glob('*.json'))}
 		self.assertTrue(reports, f'no canned results in {self.CANNED}')
 		return module, reports
