@@ -339,7 +339,8 @@ endif
 
 # --- driver ------------------------------------------------------------------
 # Built from a copy so the repository's driver/ never holds objects.
-INTREE_MODULES := $(shell sed 's/\#.*//' harness/in-tree-modules | awk '{ print $$1 }')
+# The in-tree modules the guests load (harness/in-tree-modules).
+INTREE_MODULES := $(call facts,module)
 DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
 # A -debug or -kcsan variant also gets make soak's instances of raceblk (see

@@ -24,16 +24,11 @@
 
 #include <linux/module.h>
 #include <linux/moduleparam.h>
-#include <linux/blk-mq.h>
 #include <linux/blkdev.h>
 #include <linux/completion.h>
-#include <linux/file.h>
-#include <linux/highmem.h>
-#include <linux/hrtimer.h>
 #include <linux/kernel_read_file.h>
 #include <linux/slab.h>
 #include <linux/vmalloc.h>
-#include <linux/version.h>
 
 #include "raceblk.h"
 #include "internal.h"

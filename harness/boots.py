@@ -79,11 +79,19 @@ class Guests:
 		return guestvm.scenario_message(scenario.variant, scenario.id, scenario.image,
 						scenario.params, scenario.guest_steps, archive, table.name)
 
+	def accel_cache(self) -> pathlib.Path:
+		return self.session.build / 'accel'
+
+	def cached_accel(self) -> None:
+		"""Take the accelerator an earlier run chose, TCG if none did."""
+		cache = self.accel_cache()
+		self.accel = cache.read_text().strip() if cache.is_file() else 'tcg'
+
 	def choose_accel(self) -> None:
 		"""KVM only when a probe boot of our kernel answers (on some hosts
 		/dev/kvm opens but cannot run this guest); else TCG.  Cached in
 		build/accel."""
-		cache = self.session.build / 'accel'
+		cache = self.accel_cache()
 		if not cache.is_file():
 			answer = 'tcg'
 			if os.access('/dev/kvm', os.W_OK):
@@ -94,7 +102,7 @@ class Guests:
 				print('harness: KVM cannot run this guest here (probe: build/accel-probe/); using TCG',
 				      file=sys.stderr)
 			cache.write_text(answer + '\n')
-		self.accel = cache.read_text().strip()
+		self.cached_accel()
 
 	def probe_kvm(self) -> bool:
 		probe = self.session.build / 'accel-probe'
@@ -119,8 +127,7 @@ class Guests:
 		# The default machine's under the variant's name, as it always was.
 		snapdir = self.session.build / 'snapshots' / (variant if kind == plan.DEFAULT_MACHINE else f'{variant}@{kind}')
 		machine = self.machine(variant, kind=kind)
-		parts = [self.session.initramfs_of(variant), self.session.image_archive(plan.DEFAULT_IMAGE)]
-		key = machine.key(parts)
+		key = machine.key(initrd_parts(self.session, variant, plan.DEFAULT_IMAGE))
 		vm = snapdir / 'vm'
 		if (snapdir / 'key').is_file() and (snapdir / 'key').read_text().strip() == key and vm.is_file():
 			self.snapshots[wanted] = vm

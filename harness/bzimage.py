@@ -24,7 +24,6 @@ import re
 import subprocess
 from typing import Dict, List, Tuple
 
-import golden
 import plan
 from session import Session
 
@@ -36,7 +35,7 @@ OPTION_RE = re.compile(r'^(?:# )?(CONFIG_[A-Z0-9_]+)(?:=| is not set)')
 def in_tree_modules() -> List[str]:
 	"""The modules of the tree the cases load that base.config makes
 	modules: harness/in-tree-modules' unmarked lines."""
-	return [words[0] for words in golden.rows(plan.HARNESS / 'in-tree-modules') if len(words) == 1]
+	return [path for path, mark in plan.in_tree_modules() if not mark]
 
 
 class Problem(Exception):

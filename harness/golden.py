@@ -130,9 +130,12 @@ def runs_text(entries: List[Tuple[int, str]], before: Dict[int, str]) -> List[st
 			texts.append(f'{first}-{last}: {last - first + 1} more of {first - 1}:{extent}')
 		else:
 			texts.append(f'{first}-{last}: {last - first + 1} of {extent}')
-	if len(texts) > SHOWN_RUNS:
-		texts[SHOWN_RUNS:] = [f'and {len(texts) - SHOWN_RUNS} more']
-	return texts
+	return capped(texts)
+
+
+def capped(texts: List[str]) -> List[str]:
+	"""TEXTS, the ones past SHOWN_RUNS said as a count."""
+	return texts[:SHOWN_RUNS] + ([f'and {len(texts) - SHOWN_RUNS} more'] if len(texts) > SHOWN_RUNS else [])
 
 
 def table_difference(observed: str, expected: str) -> str:
@@ -149,6 +152,5 @@ def table_difference(observed: str, expected: str) -> str:
 	if extra:
 		parts.append('extra ' + ', '.join(runs_text(extra, seen)))
 	if changed:
-		parts.append('changed ' + ', '.join(changed[:SHOWN_RUNS] + ([f'and {len(changed) - SHOWN_RUNS} more']
-									      if len(changed) > SHOWN_RUNS else [])))
+		parts.append('changed ' + ', '.join(capped(changed)))
 	return '; '.join(parts)

@@ -83,6 +83,12 @@ def qemu_value(text: str) -> str:
 	return str(text).replace(',', ',,')
 
 
+def terminal_console(log: pathlib.Path) -> str:
+	"""A guest's console on this terminal, and in LOG too.  mux=on gives
+	QEMU's escape (Ctrl-a x), signal=off leaves Ctrl-C to the guest."""
+	return f'stdio,id=console,mux=on,signal=off,logfile={qemu_value(log)}'
+
+
 class Machine:
 	"""The machine a variant's guests run on.  A restore needs the very
 	machine its snapshot was saved on, so cold boots, saves and restores
@@ -110,15 +116,14 @@ class Machine:
 	def args(self, initrd: pathlib.Path, console: pathlib.Path, ktap_sock: str) -> List[str]:
 		"""A guest of the run: its console in CONSOLE (and on the terminal
 		with --shell), its KTAP port a client of the host's socket."""
-		console_dev = (f'stdio,id=console,mux=on,signal=off,logfile={qemu_value(console)}' if self.interactive
-			       else f'file,id=console,path={qemu_value(console)}')
+		console_dev = terminal_console(console) if self.interactive else f'file,id=console,path={qemu_value(console)}'
 		return self.qemu_args(initrd, console_dev, f'socket,id=ktap,path={qemu_value(ktap_sock)}')
 
 	def rerun_args(self, initrd: str) -> List[str]:
 		"""The same guest booted by hand (a scenario's qemu.cmd): its
 		console on the terminal and in rerun.console.log, its KTAP in
 		rerun.ktap, its scenario in the initramfs (/scenario)."""
-		return self.qemu_args(pathlib.Path(initrd), f'stdio,id=console,mux=on,signal=off,logfile={RERUN_CONSOLE}',
+		return self.qemu_args(pathlib.Path(initrd), terminal_console(pathlib.Path(RERUN_CONSOLE)),
 				      f'file,id=ktap,path={RERUN_KTAP}')
 
 	def qemu_args(self, initrd: pathlib.Path, console_dev: str, ktap_dev: str) -> List[str]:

@@ -30,6 +30,8 @@ import re
 import sys
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
+import golden
+
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
 TABLE = HARNESS / 'cases'
@@ -174,8 +176,9 @@ def action_contracts(top: pathlib.Path = TOP) -> Dict[str, Contract]:
 		lines = path.read_text().splitlines()
 		for i, line in enumerate(lines):
 			match = ACT_RE.match(line)
-			if match and i and EXPECTS_RE.match(lines[i - 1]):
-				said[match.group(1)] = EXPECTS_RE.match(lines[i - 1]).group(1)
+			expects = EXPECTS_RE.match(lines[i - 1]) if match and i else None
+			if expects:
+				said[match.group(1)] = expects.group(1)
 	contracts = {}
 	for name, text in said.items():
 		base = text[len('as '):] if text.startswith('as ') else name
@@ -268,20 +271,25 @@ def fragments_of(variant: str) -> List[str]:
 	return variant.split('-')[1:]
 
 
-FRAGMENT_TRAITS_RE = re.compile(r'^# harness: (.*)$', re.MULTILINE)
+TRAITS_RE = re.compile(r'^# harness: (.*)$', re.MULTILINE)
+
+
+def harness_traits(text: str) -> Dict[str, str]:
+	"""A file's "# harness: TRAIT[=VALUE] ..." line (a config fragment's,
+	a machine's): each trait and its value ("yes" for a bare TRAIT)."""
+	match = TRAITS_RE.search(text)
+	words = match.group(1).split() if match else []
+	return dict((w.split('=', 1) + ['yes'])[:2] for w in words)
 
 
 @functools.lru_cache(maxsize=None)
 def fragment_traits(fragment: str, top: pathlib.Path = TOP) -> Dict[str, str]:
-	"""What the harness makes of a config fragment, as its file says on
-	a "# harness: TRAIT[=VALUE] ..." line: slow (a guest gets twice the
-	timeout), memory=MIB, soak (make soak runs on it), transparent (it
-	changes no behaviour: a case expects of NAME-gdb what it expects of
-	NAME)."""
+	"""What the harness makes of a config fragment, as its file's
+	harness_traits say: slow (a guest gets twice the timeout),
+	memory=MIB, soak (make soak runs on it), transparent (it changes no
+	behaviour: a case expects of NAME-gdb what it expects of NAME)."""
 	path = top / 'kernel-patches/config' / f'{fragment}.config'
-	match = FRAGMENT_TRAITS_RE.search(path.read_text()) if path.is_file() else None
-	words = match.group(1).split() if match else []
-	return dict((w.split('=', 1) + ['yes'])[:2] for w in words)
+	return harness_traits(path.read_text()) if path.is_file() else {}
 
 
 def variant_trait(variant: str, trait: str) -> Optional[str]:
@@ -631,8 +639,7 @@ def machine_traits(name: str, top: pathlib.Path = TOP) -> Dict[str, str]:
 	snapshot of its variant's), disk (its arguments take the case's image
 	as a disk, {disk}: it boots cold, the disk being the image's)."""
 	text = (top / 'harness/machines' / name).read_text()
-	match = FRAGMENT_TRAITS_RE.search(text)
-	traits = dict((w.split('=', 1) + ['yes'])[:2] for w in (match.group(1).split() if match else []))
+	traits = harness_traits(text)
 	if '{disk}' in text:
 		traits['disk'] = 'yes'
 		traits.pop('snapshot', None)
@@ -768,14 +775,20 @@ def nearest_tree(version: str, top: pathlib.Path = TOP) -> Optional[str]:
 	return max(below, key=tree_version) if below else None
 
 
+def in_tree_modules(top: pathlib.Path = TOP) -> List[Tuple[str, str]]:
+	"""The kernel tree's modules the guests load (harness/in-tree-modules):
+	each one's path and its mark ('' for none)."""
+	return [(words[0], ' '.join(words[1:])) for words in golden.rows(top / 'harness/in-tree-modules')]
+
+
 def make_facts(variants: List[str], top: pathlib.Path = TOP) -> List[str]:
 	"""What the Makefile knows of the project, asked once: KIND:VALUE
-	words (tree:, default:, row-only:, design:, image:), and for each
-	variant (VARIANTS, the defaults, the designs)
+	words (tree:, default:, row-only:, design:, image:, module:), and for
+	each variant (VARIANTS, the defaults, the designs)
 	variant:NAME:SERIES:FRAGMENTS:SOAK ("-": none)."""
 	words = [f'tree:{t}' for t in trees(top)] + [f'default:{v}' for v in default_variants(top)]
 	words += [f'row-only:{v}' for v in row_only_variants(top)] + [f'design:{v}' for v in designs(top)]
-	words += [f'image:{i}' for i in all_images(top)]
+	words += [f'image:{i}' for i in all_images(top)] + [f'module:{m}' for m, _ in in_tree_modules(top)]
 	every = dict.fromkeys(variants + default_variants(top) + row_only_variants(top) + list(designs(top)))
 	words += [f'variant:{v}:{series_of(v)}:{",".join(fragments_of(v)) or "-"}:'
 		  f'{"yes" if variant_trait(v, "soak") else "-"}' for v in every]

@@ -257,8 +257,7 @@ def dry_run(opts: argparse.Namespace, session: Session, scenarios: List[Scenario
 	"""The plan, and for each scenario the qemu.cmd its run would write;
 	nothing boots, nothing is written."""
 	runner = Runner(opts, session, scenarios, '')
-	cache = session.build / 'accel'
-	runner.accel = cache.read_text().strip() if cache.is_file() else 'tcg'
+	runner.cached_accel()
 	print(f'harness: {len(scenarios)} scenarios on {session.source}, variants: {" ".join(opts.variants)}, '
 	      f'{runner.accel}, {opts.vcpus} vCPUs; dry run: each scenario\'s guest as its {guestvm.RERUN_CMD} '
 	      f'boots it by hand (a run writes it in the scenario\'s directory, beside {guestvm.RERUN_SCENARIO}; '
