@@ -376,6 +376,9 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(MODULE_SELFTEST) $(BUILD)/kern
 	done
 	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$*/obj \
 		CC="ccache gcc" W=1 RACEBLK_INSTANCES=$(call soak_instances,$*)
+	@# docs/driver.md and the cases' check read the parameters from the
+	@# source: what they read must be what modinfo says.
+	@harness/plan.py check-parameters $@ || { rm -f $@; exit 1; }
 	@# In-tree modules the guest loads too, beside ours (sd_mod: -sdmod only).
 	@for m in $(addprefix $(BUILD)/kernel/$*/obj/,$(INTREE_MODULES)); do \
 		[ ! -f "$$m" ] || cp "$$m" $(@D)/; \
@@ -569,10 +572,12 @@ survey:
 series-tree: deps
 	@kernel-patches/series-check --tree-only
 
-# docs/actions.md: the guest's actions, from their comments (make check
-# fails when it is not what this writes).
+# docs/actions.md (the guest's actions, from their comments) and
+# docs/driver.md's table of parameters (from MODULE_PARM_DESC): make check
+# fails when either is not what this writes.
 docs:
 	@harness/plan.py actions > docs/actions.md.new && mv docs/actions.md.new docs/actions.md
+	@harness/plan.py driver-docs > docs/driver.md.new && mv docs/driver.md.new docs/driver.md
 
 # What builds and boots nothing: every shell script through shellcheck
 # (guest ones as busybox sh), the Python runner compiled and through

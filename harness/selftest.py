@@ -742,6 +742,20 @@ class Input(unittest.TestCase):
 		self.assertEqual((TOP / 'docs/actions.md').read_text(), plan.action_docs(),
 				 'docs/actions.md is not what the guest\'s comments say: run make docs')
 
+	def test_driver_docs_are_current(self):
+		self.assertEqual((TOP / 'docs/driver.md').read_text(), plan.driver_docs(),
+				 'docs/driver.md\'s parameters are not what driver/main.c says: run make docs')
+
+	def test_parameters_read_as_modinfo_reads_them(self):
+		# A stand-in .modinfo: NUL-terminated strings, one "parm=" each.
+		with tempfile.TemporaryDirectory() as tmp:
+			ko = pathlib.Path(tmp) / 'raceblk.ko'
+			parms = ''.join(f'parm={n}:{d}\0parmtype={n}:charp\0' for n, d in plan.driver_parameters().items())
+			ko.write_bytes(b'\x7fELF\0license=GPL\0' + parms.encode())
+			self.assertEqual(plan.parameter_errors(ko), [])
+			ko.write_bytes(ko.read_bytes().replace(b'Default: none', b'Default: alloc', 1))
+			self.assertEqual(len(plan.parameter_errors(ko)), 1)
+
 	def test_cases_are_valid(self):
 		self.assertEqual(plan.check(TABLE, plan.known_names(), coverage=True), [])
 
@@ -1230,26 +1244,11 @@ class GuestSteps(unittest.TestCase):
 					      check=False, timeout=30)
 
 	def test_soak_reads_the_failure_points_from_modinfo(self):
-		done = self.soak_points('parm=fail_at:' + fail_at_description())
+		done = self.soak_points('parm=fail_at:' + plan.driver_parameters()['fail_at'])
 		self.assertEqual((done.returncode, done.stdout), (0, '3:none alloc before_add_disk after_add_disk after_scan_io late\n'))
 		done = self.soak_points('parm=fail_at:Point where init fails: none alloc. Default: none')
 		self.assertEqual(done.returncode, 1)
 		self.assertIn('no after_add_disk among the failure points', done.stdout)
-
-
-def fail_at_description() -> str:
-	"""The driver's MODULE_PARM_DESC(fail_at), as modinfo shows it: its
-	macros (RACEBLK_BACKENDS in internal.h, the lists main.c makes of
-	them) through the C preprocessor, no kernel headers needed."""
-	internal = (TOP / 'driver/internal.h').read_text()
-	main = (TOP / 'driver/main.c').read_text()
-	points = re.search(r'^#define RACEBLK_BACKENDS\(X\).*?[^\\]\n', internal, re.M | re.S).group()
-	lists = re.search(r'^#define RACEBLK_BACKEND_POINTS.*?^#define RACEBLK_POINT_LISTS.*?[^\\]\n', main,
-			  re.M | re.S).group()
-	desc = re.search(r'MODULE_PARM_DESC\(fail_at,\s*(.*?)\);', main, re.S).group(1)
-	done = subprocess.run(['cpp', '-P'], input=points + lists + desc + '\n', capture_output=True, text=True,
-			      check=True)
-	return ''.join(re.findall(r'"((?:[^"\\]|\\.)*)"', done.stdout))
 
 
 def load_script(name: str) -> types.ModuleType:
