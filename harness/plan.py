@@ -206,34 +206,57 @@ def guest_actions(top: pathlib.Path = TOP) -> Set[str]:
 	return set(ACT_RE.findall(text))
 
 
-@dataclasses.dataclass(frozen=True)
-class Contract:
-	"""What every case expects of an action unless it says otherwise: its
-	name says it ("stuck": kept for good).  BASE is the action whose
-	comment says it ("kept" is "as mod_kept")."""
-	base: str
-	expects: Dict[str, str]
-
-
-EXPECTS_RE = re.compile(r'^# expects: (.*)$')
-
-
-@functools.lru_cache(maxsize=None)
-def action_contracts(top: pathlib.Path = TOP) -> Dict[str, Contract]:
-	"""Each guest action's contract: the "# expects: KEY=VALUE ..." (or
-	"# expects: as ACTION") line of the comment above its act_NAME."""
-	said: Dict[str, str] = {}
+def action_comments(top: pathlib.Path = TOP) -> Iterator[Tuple[pathlib.Path, str, List[str]]]:
+	"""Each guest action, library by library: its library, its name and
+	the comment above its act_NAME, a line each, without the "#"."""
 	for path in sorted((top / 'harness/guest').glob('*.sh')):
 		lines = path.read_text().splitlines()
 		for i, line in enumerate(lines):
 			match = ACT_RE.match(line)
-			expects = EXPECTS_RE.match(lines[i - 1]) if match and i else None
-			if expects:
-				said[match.group(1)] = expects.group(1)
+			if match:
+				start = i
+				while start > 0 and lines[start - 1].startswith('#'):
+					start -= 1
+				yield path, match.group(1), [c.lstrip('#').strip() for c in lines[start:i]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Contract:
+	"""What every case expects of an action unless it says otherwise: its
+	name says it ("stuck": kept for good).  BASE is the action whose
+	comment says it ("kept" is "as mod_kept"); ON_SERIES, what differs on
+	a series ("expects on rcuput: flags=!-")."""
+	base: str
+	expects: Dict[str, str]
+	on_series: Dict[str, Dict[str, str]]
+
+	def expects_on(self, series: str) -> Dict[str, str]:
+		return {**self.expects, **self.on_series.get(series, {})}
+
+
+# "expects: KEY=VALUE ...", "expects: as ACTION" or "expects on SERIES: KEY=VALUE ...".
+EXPECTS_RE = re.compile(r'^expects(?: on ([a-z0-9_]+))?: (.*)$')
+
+
+def pairs(text: str) -> Dict[str, str]:
+	return dict(pair.split('=', 1) for pair in text.split())
+
+
+@functools.lru_cache(maxsize=None)
+def action_contracts(top: pathlib.Path = TOP) -> Dict[str, Contract]:
+	"""Each guest action's contract: the "expects" lines of the comment
+	above its act_NAME."""
+	said: Dict[str, Dict[Optional[str], str]] = {}
+	for _, name, comment in action_comments(top):
+		lines = dict(m.groups() for m in map(EXPECTS_RE.match, comment) if m)
+		if lines:
+			said[name] = lines
 	contracts = {}
-	for name, text in said.items():
+	for name, lines in said.items():
+		text = lines.get(None, '')
 		base = text[len('as '):] if text.startswith('as ') else name
-		contracts[name] = Contract(base, dict(pair.split('=', 1) for pair in said[base].split()))
+		contracts[name] = Contract(base, pairs(said[base].get(None, '')),
+					   {series: pairs(v) for series, v in said[base].items() if series})
 	return contracts
 
 
@@ -245,27 +268,20 @@ def action_docs(top: pathlib.Path = TOP) -> str:
 	       'Each step of a case is one of these (`NAME[:ARGS][=EXPECTED]` in',
 	       '`harness/cases`): the guest runs `act_NAME` and reports what it saw',
 	       '(`# obs KEY=VALUE`); the host compares that with what the case expects.']
-	for path in sorted((top / 'harness/guest').glob('*.sh')):
-		lines = path.read_text().splitlines()
-		found = []
-		for i, line in enumerate(lines):
-			match = ACT_RE.match(line)
-			if match:
-				start = i
-				while start > 0 and lines[start - 1].startswith('#'):
-					start -= 1
-				comment = [c.lstrip('#').strip() for c in lines[start:i]]
-				expects = [c for c in comment if c.startswith('expects: ')]
-				text = ' '.join(c for c in comment if not c.startswith('expects: '))
-				if expects:
-					text += f' Every case expects `{expects[0][len("expects: "):]}` unless it says otherwise.'
-				# "NAME:ARGS: what it does" -> `NAME:ARGS`: what it does
-				usage, _, rest = text.partition(': ')
-				if re.match(r'[a-z0-9_]*', usage).group() != match.group(1) or not rest:
-					usage, rest = match.group(1), text or '(no comment)'
-				found.append(f'- `{usage}`: {rest}')
-		if found:
-			out += ['', f'## {path.name}', ''] + found
+	found: Dict[pathlib.Path, List[str]] = {}
+	for path, name, comment in action_comments(top):
+		text = ' '.join(c for c in comment if not EXPECTS_RE.match(c))
+		said = dict(m.groups() for m in map(EXPECTS_RE.match, comment) if m)
+		if said:
+			on = ''.join(f' (on {s}: `{v}`)' for s, v in said.items() if s)
+			text += f' Every case expects `{said.get(None, "")}`{on} unless it says otherwise.'
+		# "NAME:ARGS: what it does" -> `NAME:ARGS`: what it does
+		usage, _, rest = text.partition(': ')
+		if re.match(r'[a-z0-9_]*', usage).group() != name or not rest:
+			usage, rest = name, text or '(no comment)'
+		found.setdefault(path, []).append(f'- `{usage}`: {rest}')
+	for path, lines in found.items():
+		out += ['', f'## {path.name}', ''] + lines
 	return '\n'.join(out) + '\n'
 
 

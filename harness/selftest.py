@@ -1290,6 +1290,16 @@ class RaceDemo(unittest.TestCase):
 		self.assertIn('some scenarios did not behave as their cases expect', text)
 		self.assertNotIn('race-demo: proven', text)
 
+	def test_a_cell_reads_its_action_contract_on_its_series(self):
+		# mod_kept's contract: flags=-, but flags=!- on rcuput.
+		race_demo = load_script('race-demo')
+		step = results.Step(1, 'kept', True, [], observed={'state': 'Unloading', 'flags': '!-', 'initstate': 'going',
+								    'logged': 'yes'})
+		for variant, cell in (('rcuput', 'kept while held'), ('fixed', 'freed while held')):
+			record = results.Record(f'{variant}/holder_close/mbr-primary', variant, 'holder_close', 'mbr-primary',
+						1, [], [], '', results.Verdict(results.Status.PASS), results=[step])
+			self.assertEqual(race_demo.held(race_demo.Facts(record))[1], cell, variant)
+
 	def test_every_row_names_a_case(self):
 		race_demo = load_script('race-demo')
 		cases, errors = plan.parse_cases(TABLE)

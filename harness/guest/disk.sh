@@ -142,6 +142,7 @@ scan_obs() {
 
 # scanned_in_init: scan_obs; the host expects the golden partitions,
 # scanned before init failed.
+# expects: failed=yes
 act_scanned_in_init() {
 	scan_obs
 }

@@ -2,6 +2,7 @@
 # fail and unload on raceblk's instances, racing openers (make soak): how
 # many cycles ran, the kernel reports and leaks it saw, and its problems
 # (none, or what went wrong outside the kernel's reports).
+# expects: reports=0 leaks=0 problems=none
 act_soak() {
 	local cycles=${1%%:*} rest=${1#*:} mode=""
 

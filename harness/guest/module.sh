@@ -131,8 +131,10 @@ act_stuck() {
 
 # mod_kept:MODULE: module_facts of MODULE, whose init failed while
 # something held it (fixed): the host expects it kept until the last holder
-# lets go, logged, Unloading (rcuput marks it too: the "!" flag).
+# lets go, logged, Unloading (rcuput, the module change as first written,
+# marks it too).
 # expects: state=Unloading flags=- initstate=going logged=yes
+# expects on rcuput: flags=!-
 act_mod_kept() {
 	module_facts "$1" "" "init failed with" "reference(s) held it: kept until the last one is dropped"
 }

@@ -186,6 +186,7 @@ rmmod_loop_stop() {
 # (loads: their answers, sorted, without repeats), the churners' first
 # problem (churners), what the rmmod loop's rmmods gave (rmmod_loop) and
 # whether raceblk was gone at each round's start and at the end (gone).
+# expects: loads=EIO churners=ok gone=yes rmmod_answers=expected
 act_reload_race() {
 	local round=0 raced=0 got start gone loaded problem=ok left=yes
 
