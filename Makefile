@@ -31,7 +31,9 @@ SOAK_VARIANT ?= fixed-debug
 # What make knows of the project (the trees, the variants and what each is,
 # the images), as harness/plan.py reads it from kernel-patches/ and images/:
 # asked once, KIND:VALUE words (plan.py's make_facts).
-FACTS := $(shell harness/plan.py make-facts $(SOAK_VARIANT) $(VARIANTS))
+# (No __pycache__ written while make parses.)
+PARSE_PLAN := PYTHONDONTWRITEBYTECODE=1 harness/plan.py
+FACTS := $(shell $(PARSE_PLAN) make-facts $(SOAK_VARIANT) $(VARIANTS))
 ifneq ($(.SHELLSTATUS),0)
 ifneq ($(shell command -v python3),)
 $(error harness/plan.py make-facts failed (above))
@@ -61,7 +63,7 @@ endif
 ifneq ($(shell git -C $(KERNEL_SRC) rev-parse --verify -q HEAD > /dev/null && echo yes),yes)
 $(error KERNEL_SRC=$(KERNEL_SRC): not a git tree with a commit (git init; git add -A; git commit))
 endif
-override KERNEL := $(shell harness/plan.py nearest-tree $(SRC_VERSION))
+override KERNEL := $(shell $(PARSE_PLAN) nearest-tree $(SRC_VERSION))
 ifeq ($(KERNEL),)
 $(error KERNEL_SRC=$(KERNEL_SRC) is $(SRC_VERSION): older than every known tree ($(TREES)))
 endif
@@ -81,7 +83,7 @@ ifneq ($(filter-out initramfs build-dir,$(MAKECMDGOALS)),)
 $(error BZIMAGE_OBJ: make initramfs or build-dir only (harness/run --bzimage runs the rest))
 endif
 BZIMAGE_RELEASE := $(shell cat $(BZIMAGE_OBJ)/include/config/kernel.release 2> /dev/null)
-override KERNEL := $(shell harness/plan.py nearest-tree $(shell echo '$(BZIMAGE_RELEASE)' | cut -d. -f1,2))
+override KERNEL := $(shell $(PARSE_PLAN) nearest-tree '$(BZIMAGE_RELEASE)')
 ifeq ($(KERNEL),)
 $(error BZIMAGE_OBJ=$(BZIMAGE_OBJ): release '$(BZIMAGE_RELEASE)' is no kernel of 6.1 or later)
 endif
@@ -108,25 +110,20 @@ export KERNEL_TARBALL
 # The harness scripts find the tree's builds and results through these.
 export KERNEL
 export RACEBLK_BUILD := $(BUILD)
-# The default variants: kernel-patches/variants (+NAME: built for make test,
-# for the rows naming it only).
+# The default variants (kernel-patches/variants), and what make test
+# builds: those and the +NAME ones, for the rows naming them only.
 DEFAULT_VARIANTS := $(call facts,default)
-ROW_ONLY_VARIANTS := $(call facts,row-only)
-VARIANTS ?= $(DEFAULT_VARIANTS) $(ROW_ONLY_VARIANTS)
-# The other designs of the module change (kernel-patches/designs), built
-# on demand: make race-demo DESIGNS=1 shows them beside vanilla and fixed.
-DESIGN_VARIANTS := $(call facts,design)
+VARIANTS ?= $(call facts,test)
+# make race-demo DESIGNS=1's columns: vanilla, fixed and the other designs
+# of the module change (kernel-patches/designs), built on demand.
+DESIGN_COLUMNS := $(call facts,design-column)
 # What a variant is: VARIANT:SERIES:FRAGMENTS:SOAK (plan.py reads its name,
 # SERIES-FRAGMENT..., and its fragments' "# harness:" lines).
 comma := ,
 variant_fact = $(or $(word $(2),$(subst :, ,$(filter $(1):%,$(call facts,variant)))),\
 	$(error variant $(1): not one make was told of (VARIANTS=$(1))))
-# BZIMAGE_OBJ: the variant's kernel is the user's (its rule, below).
-ifneq ($(BZIMAGE_OBJ),)
-ifneq ($(words $(VARIANTS)) $(filter $(VARIANTS),$(DEFAULT_VARIANTS)),1 $(VARIANTS))
-$(error BZIMAGE_OBJ: VARIANTS is what the kernel is judged as: one of $(DEFAULT_VARIANTS))
-endif
-endif
+# BZIMAGE_OBJ: the variant's kernel is the user's (its rule, below); the
+# one variant it is judged as is harness/run --as's.
 # Good images come from a parted spec, hostile ones from a good one plus a
 # byte patch (good ones first).
 IMAGES := $(call facts,image)
@@ -501,7 +498,7 @@ $(BUILD)/images/%.img: images/%.patch images/%.expected images/mkimage images/su
 # (good ones first: hostile ones start from them) and compare.
 images-check: images
 	@rm -rf $(BUILD)/images-check && mkdir -p $(BUILD)/images-check
-	@for spec in images/*.parted images/*.patch; do \
+	@for spec in $(foreach i,$(IMAGES),$(wildcard images/$(i).parted images/$(i).patch)); do \
 		images/mkimage $$spec $(BUILD)/images-check/$$(basename $${spec%.*}).img; \
 	done
 	@cd $(BUILD)/images && sha256sum $(addsuffix .img,$(IMAGES)) > ../images.sha256
@@ -538,7 +535,7 @@ test: deps
 
 race-demo: deps
 	@$(MAKE) --no-print-directory initramfs \
-		VARIANTS="$(if $(DESIGNS),vanilla fixed $(DESIGN_VARIANTS),$(DEFAULT_VARIANTS))"
+		VARIANTS="$(if $(DESIGNS),$(DESIGN_COLUMNS),$(DEFAULT_VARIANTS))"
 	@harness/race-demo $(if $(DESIGNS),--designs) $(if $(BACKEND),--backend $(BACKEND)) $(OWN_IMAGE_ARGS)
 
 # Every prefix of the series builds and is checkpatch --strict clean; the

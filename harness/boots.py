@@ -28,7 +28,7 @@ SAVE_TRIES = 3
 
 def answered_ktap(workdir: pathlib.Path) -> bool:
 	"""The guest run in WORKDIR began a KTAP document on its port."""
-	ktap = workdir / 'ktap'
+	ktap = workdir / guestvm.KTAP_LOG
 	return ktap.exists() and ktap.read_bytes().startswith(b'KTAP version 1')
 
 
@@ -79,19 +79,16 @@ class Guests:
 		return guestvm.scenario_message(scenario.variant, scenario.id, scenario.image,
 						scenario.params, scenario.guest_steps, archive, table.name)
 
-	def accel_cache(self) -> pathlib.Path:
-		return self.session.build / 'accel'
-
 	def cached_accel(self) -> None:
 		"""Take the accelerator an earlier run chose, TCG if none did."""
-		cache = self.accel_cache()
+		cache = self.session.accel_file
 		self.accel = cache.read_text().strip() if cache.is_file() else 'tcg'
 
 	def choose_accel(self) -> None:
 		"""KVM only when a probe boot of our kernel answers (on some hosts
 		/dev/kvm opens but cannot run this guest); else TCG.  Cached in
 		build/accel."""
-		cache = self.accel_cache()
+		cache = self.session.accel_file
 		if not cache.is_file():
 			answer = 'tcg'
 			if os.access('/dev/kvm', os.W_OK):
@@ -124,8 +121,7 @@ class Guests:
 		snapshot is kept only when a first restore of it runs clean
 		(SAVE_TRIES saves at most)."""
 		variant, kind = wanted
-		# The default machine's under the variant's name, as it always was.
-		snapdir = self.session.build / 'snapshots' / (variant if kind == plan.DEFAULT_MACHINE else f'{variant}@{kind}')
+		snapdir = self.session.snapshot_dir(variant, kind)
 		machine = self.machine(variant, kind=kind)
 		key = machine.key(initrd_parts(self.session, variant, plan.DEFAULT_IMAGE))
 		vm = snapdir / 'vm'
@@ -159,7 +155,7 @@ class Guests:
 		message = guestvm.scenario_message(machine.variant, 'snapshot-check', plan.DEFAULT_IMAGE, (), ())
 		outcome = guestvm.run_scenario(machine, check, self.sockdir, snapdir / 'vm.initrd',
 					       message, self.timeout_of(machine.variant), snapshot=snapdir / 'vm')
-		console = check / 'console.log'
+		console = check / guestvm.CONSOLE_LOG
 		crashes = verdict.crash_lines(console.read_bytes().decode(errors='replace') if console.exists() else '')
 		if crashes:
 			return f'its console says {crashes[0]!r}'

@@ -48,7 +48,7 @@ def max_hold_ms() -> int:
 def say_interactive(opts: argparse.Namespace, session: Session, scenario: Scenario) -> None:
 	"""What --shell and --gdb give, before the guest boots."""
 	if opts.gdb:
-		obj = session.build / 'kernel' / scenario.variant / 'obj'
+		obj = session.kernel_obj(scenario.variant)
 		config = (obj / '.config').read_text() if (obj / '.config').is_file() else ''
 		shown = os.path.relpath(obj, TOP) if obj.is_relative_to(TOP) else str(obj)
 		print(f'harness: gdb stub on localhost:{opts.gdb} (kernel booted with nokaslr); attach with\n'

@@ -129,8 +129,7 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Session:
 		raise Problem(f'--bzimage {image}: not a file')
 	obj = object_tree(image)
 	release = (obj / 'include/config/kernel.release').read_text().strip()
-	version = '.'.join(release.split('.')[:2])
-	tree = plan.nearest_tree(version) if re.fullmatch(r'[0-9]+\.[0-9]+', version) else None
+	tree = plan.nearest_tree(release)
 	if tree is None:
 		raise Problem(f'--bzimage {image}: release {release}: older than every known tree ({", ".join(plan.trees())})')
 	config, where = kernel_config(image, obj)

@@ -114,7 +114,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 		if opts.repeat != 1 or opts.matrix:
 			parser.error('--shell and --gdb run one scenario once')
 		opts.boot, opts.jobs, opts.timeout = 'cold', 1, INTERACTIVE_TIMEOUT_S
-	opts.variants = os.environ.get('VARIANTS', '').split() or plan.default_variants() + plan.row_only_variants()
+	opts.variants = os.environ.get('VARIANTS', '').split() or plan.test_variants()
 	if opts.bzimage:
 		opts.variants = [opts.as_variant]
 	opts.own_name = own_image_name(opts.image) if opts.image else None

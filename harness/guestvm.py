@@ -157,6 +157,12 @@ class Machine:
 # A scenario's qemu.cmd boots its guest cold by hand: the guest reads the
 # scenario from /scenario in the initramfs, where a run's guest reads the
 # host's message; its console and KTAP go to these files beside qemu.cmd.
+# What a run's guest leaves in its scenario's directory: its console, its
+# KTAP and QEMU's own messages.
+CONSOLE_LOG = 'console.log'
+KTAP_LOG = 'ktap'
+QEMU_LOG = 'qemu.log'
+
 RERUN_CMD = 'qemu.cmd'
 RERUN_SCENARIO = 'scenario.cpio'
 RERUN_CONSOLE = 'rerun.console.log'
@@ -246,7 +252,7 @@ class Guest:
 	def hung_after_report(self) -> bool:
 		"""The guest has said nothing for QUIET_AFTER_REPORT_S and its
 		console shows a kernel report: it is ended at once."""
-		console = self.workdir / 'console.log'
+		console = self.workdir / CONSOLE_LOG
 		size = console.stat().st_size if console.exists() else 0
 		if size != self.console_size:
 			self.console_size, self.spoke = size, time.monotonic()
@@ -263,7 +269,7 @@ class Guest:
 		"""Start QEMU; INTERACTIVE: on this terminal (its stdin and stdout)."""
 		if stopping():
 			raise Fault('interrupted')
-		with open(self.workdir / 'qemu.log', 'wb') as log:
+		with open(self.workdir / QEMU_LOG, 'wb') as log:
 			try:
 				self.proc = subprocess.Popen([QEMU, *args], stdin=None if interactive else subprocess.DEVNULL,
 							     stdout=None if interactive else log,
@@ -278,7 +284,7 @@ class Guest:
 
 	def _qemu_gone(self, what: str) -> Fault:
 		status = self.proc.poll() if self.proc else None
-		tail = log_tail(self.workdir / 'qemu.log', 5)
+		tail = log_tail(self.workdir / QEMU_LOG, 5)
 		return Fault(f'QEMU exited (status {status}) {what}' + (f': {tail}' if tail else ''))
 
 	def accept(self, listener: socket.socket, what: str) -> socket.socket:
@@ -357,7 +363,7 @@ def run_scenario(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd: 
 	fds: List[int] = []
 	try:
 		guest = Guest(workdir, sockdir, time.monotonic() + timeout_s, reported)
-		args = machine.args(initrd, workdir / 'console.log', guest.ktap_path)
+		args = machine.args(initrd, workdir / CONSOLE_LOG, guest.ktap_path)
 		if snapshot is not None:
 			fd = os.open(snapshot, os.O_RDONLY)
 			fds.append(fd)
@@ -367,7 +373,7 @@ def run_scenario(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd: 
 			os.close(fd)
 		fds = []
 		conn = guest.accept(guest.ktap_listener, 'KTAP port')
-		with conn, open(workdir / 'ktap', 'wb') as out:
+		with conn, open(workdir / KTAP_LOG, 'wb') as out:
 			# A restored guest waits already; a cold one says READY first.
 			if snapshot is None and not guest.read_until(conn, b'READY', None):
 				return guest.outcome('before its guest said READY')
@@ -433,7 +439,7 @@ def save_snapshot(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd:
 		guest = Guest(workdir, sockdir, time.monotonic() + timeout_s)
 		qmp_path = os.path.join(guest.sockdir, 'qmp')
 		qmp_listener = guest.listen(qmp_path)
-		args = machine.args(initrd, workdir / 'console.log', guest.ktap_path)
+		args = machine.args(initrd, workdir / CONSOLE_LOG, guest.ktap_path)
 		args += ['-chardev', f'socket,id=qmp,path={qemu_value(qmp_path)}', '-mon', 'chardev=qmp,mode=control',
 			 # Saved paused (below) but restored running: leave the run
 			 # state out of the snapshot, so -incoming starts the guest.
@@ -469,7 +475,7 @@ def save_snapshot(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd:
 			except (Fault, OSError):
 				pass
 	except (Fault, OSError, ValueError) as fault:
-		tail = log_tail(workdir / 'console.log')
+		tail = log_tail(workdir / CONSOLE_LOG)
 		raise Fault(f'{fault}' + (f'\nits console:\n{tail}' if tail else '')) from fault
 	finally:
 		if guest:

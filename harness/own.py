@@ -105,7 +105,7 @@ def prepare_own_module(opts: argparse.Namespace, session: Session, variants: Lis
 	      f'load "{own.params}", failing load "{failing}"', flush=True)
 	for variant in variants:
 		try:
-			ownmod.prepare(own, session.build / 'kernel' / variant / 'obj', session.build / 'own', variant)
+			ownmod.prepare(own, session.kernel_obj(variant), session.own_dir, variant)
 		except ownmod.Problem as problem:
 			raise Refusal(str(problem))
 

@@ -787,6 +787,17 @@ def row_only_variants(top: pathlib.Path = TOP) -> List[str]:
 	return [w[1:] for w in variant_words(top) if w.startswith('+')]
 
 
+def test_variants(top: pathlib.Path = TOP) -> List[str]:
+	"""What make test and harness/run build and run unless VARIANTS says."""
+	return default_variants(top) + row_only_variants(top)
+
+
+def design_columns(top: pathlib.Path = TOP) -> List[str]:
+	"""race-demo --designs' columns: the bug, the posted change and the
+	other designs of it."""
+	return ['vanilla', POSTED, *designs(top)]
+
+
 def all_images(top: pathlib.Path = TOP) -> List[str]:
 	"""Every image the repository builds: good ones (a parted spec) first."""
 	images = top / 'images'
@@ -834,10 +845,17 @@ def scenarios(path: pathlib.Path, variants: List[str], own_image: Optional[str] 
 	return plan
 
 
-def nearest_tree(version: str, top: pathlib.Path = TOP) -> Optional[str]:
-	"""The known tree whose series and expectations a kernel of VERSION
-	('7.4') takes: the latest at or below it; None below them all."""
-	wanted = tree_version(version)
+RELEASE_RE = re.compile(r'([0-9]+\.[0-9]+)(?:[.+-].*)?')
+
+
+def nearest_tree(release: str, top: pathlib.Path = TOP) -> Optional[str]:
+	"""The known tree whose series and expectations a kernel of RELEASE
+	('7.4', '6.1.0-57-amd64', '6.12.118+deb12') takes: the latest at or
+	below its MAJOR.MINOR; None below them all, or for no release."""
+	match = RELEASE_RE.fullmatch(release)
+	if not match:
+		return None
+	wanted = tree_version(match.group(1))
 	below = [t for t in trees(top) if tree_version(t) <= wanted]
 	return max(below, key=tree_version) if below else None
 
@@ -850,11 +868,11 @@ def in_tree_modules(top: pathlib.Path = TOP) -> List[Tuple[str, str]]:
 
 def make_facts(variants: List[str], top: pathlib.Path = TOP) -> List[str]:
 	"""What the Makefile knows of the project, asked once: KIND:VALUE
-	words (tree:, default:, row-only:, design:, image:, module:), and for
+	words (tree:, default:, test:, design-column:, image:, module:), and for
 	each variant (VARIANTS, the defaults, the designs)
 	variant:NAME:SERIES:FRAGMENTS:SOAK ("-": none)."""
 	words = [f'tree:{t}' for t in trees(top)] + [f'default:{v}' for v in default_variants(top)]
-	words += [f'row-only:{v}' for v in row_only_variants(top)] + [f'design:{v}' for v in designs(top)]
+	words += [f'test:{v}' for v in test_variants(top)] + [f'design-column:{v}' for v in design_columns(top)]
 	words += [f'image:{i}' for i in all_images(top)] + [f'module:{m}' for m, _ in in_tree_modules(top)]
 	every = dict.fromkeys(variants + default_variants(top) + row_only_variants(top) + list(designs(top)))
 	words += [f'variant:{v}:{series_of(v)}:{",".join(fragments_of(v)) or "-"}:'
@@ -881,9 +899,6 @@ def main(argv: List[str]) -> int:
 		print(' '.join(make_facts(argv[1:])))
 		return 0
 	if len(argv) == 2 and argv[0] == 'nearest-tree':
-		if not re.fullmatch(r'[0-9]+\.[0-9]+', argv[1]):
-			print(f'plan: nearest-tree wants MAJOR.MINOR, got {argv[1]!r}', file=sys.stderr)
-			return 2
 		print(nearest_tree(argv[1]) or '')
 		return 0
 	if len(argv) < 1 or argv[0] != 'check':

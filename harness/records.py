@@ -9,12 +9,12 @@ from typing import List, Sequence
 import reports
 import verdict
 from plan import Scenario
-from results import Record, Report, Run, RunSummary, Status, Step, Verdict
+from results import RESULTS_FILE, Record, Report, Run, RunSummary, Status, Step, Verdict
 from session import Session
 
 # The reports of a run, in build/TREE/results/: written from its records,
 # the shard matrix of its scenarios, and race-demo's table.
-REPORT_FILES = ('results.json', 'results.ktap', 'junit.xml')
+REPORT_FILES = (RESULTS_FILE, 'results.ktap', 'junit.xml')
 MATRIX_FILE = 'matrix.json'
 RACE_DEMO_FILE = 'race-demo.md'
 
@@ -68,13 +68,13 @@ def symbolise(record: Record, session: Session) -> None:
 	if not record.crash or not record.console_excerpt:
 		return
 	variant = record.variant
-	src = session.build / 'kernel' / variant / 'src'
-	vmlinux = session.build / 'kernel' / variant / 'obj/vmlinux'
+	src = session.kernel_src(variant)
+	vmlinux = session.kernel_obj(variant) / 'vmlinux'
 	script = src / 'scripts/decode_stacktrace.sh'
 	if not script.is_file() or not vmlinux.is_file():
 		return
 	try:
-		done = subprocess.run([script, vmlinux, src, session.build / 'driver' / variant], input=record.console_excerpt,
+		done = subprocess.run([script, vmlinux, src, session.driver_of(variant)], input=record.console_excerpt,
 				      capture_output=True, text=True, timeout=60, check=False)
 	except subprocess.TimeoutExpired:
 		return

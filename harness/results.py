@@ -13,6 +13,9 @@ import json
 import pathlib
 from typing import Dict, List, Optional
 
+# A run's results, as build/TREE/results/ holds them.
+RESULTS_FILE = 'results.json'
+
 FORMAT_VERSION = 1
 
 

@@ -186,12 +186,12 @@ class Runner(boots.Guests):
 		seconds = time.monotonic() - start
 		# The guest's tty turns every newline into CR LF.
 		texts = {}
-		for name in ('ktap', 'console.log'):
+		for name in (guestvm.KTAP_LOG, guestvm.CONSOLE_LOG):
 			path = workdir / name
 			texts[name] = path.read_bytes().decode(errors='replace').replace('\r\n', '\n') if path.exists() else ''
 			path.write_text(texts[name])
-		texts['console.log'] = verdict.unglued(texts['console.log'], texts['ktap'])
-		ktap = verdict.parse_ktap(texts['ktap'], list(scenario.guest_steps))
+		console = verdict.unglued(texts[guestvm.CONSOLE_LOG], texts[guestvm.KTAP_LOG])
+		ktap = verdict.parse_ktap(texts[guestvm.KTAP_LOG], list(scenario.guest_steps))
 		try:
 			verdict.compare_observations(scenario, ktap, self.session.build)
 		except Exception:	# a bug of ours, or a golden table missing: this scenario's ERROR
@@ -201,10 +201,10 @@ class Runner(boots.Guests):
 		if guestvm.stopping():
 			judged = Verdict.cut_short()
 		else:
-			judged = verdict.judge(scenario, ktap, texts['console.log'], outcome,
+			judged = verdict.judge(scenario, ktap, console, outcome,
 					       self.timeout_of(scenario.variant))
 		run = run_of(k, judged, seconds, str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
-			     ktap.steps, texts['ktap'], texts['console.log'])
+			     ktap.steps, texts[guestvm.KTAP_LOG], console)
 		self.print_run(scenario, run)
 		return run
 
@@ -339,7 +339,7 @@ def main(argv: List[str]) -> int:
 		if record.status.failed:
 			report_failure(record, bool(opts.image), bool(opts.expected))
 	print(f'results: {session.shown}/results/ ({", ".join(REPORT_FILES)}, {MATRIX_FILE}, '
-	      'per scenario console.log and ktap)')
+	      f'per scenario {guestvm.CONSOLE_LOG} and {guestvm.KTAP_LOG})')
 	count = results.totals(records)
 	failed = count.failed + count.errors
 	if digest is not None:

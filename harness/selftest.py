@@ -796,7 +796,8 @@ class Input(unittest.TestCase):
 
 	def test_nearest_tree_is_the_latest_at_or_below(self):
 		for version, tree in (('6.1', '6.1'), ('6.11', '6.1'), ('6.12', '6.12'), ('7.2', '6.12'),
-				      ('7.3', '7.3'), ('8.0', '7.3'), ('5.15', None)):
+				      ('7.3', '7.3'), ('8.0', '7.3'), ('5.15', None), ('6.1.0-57-amd64', '6.1'),
+				      ('6.12.118+deb12-amd64', '6.12'), ('7.3.4', '7.3'), ('6.10', '6.1'), ('6', None), ('', None)):
 			with self.subTest(version=version):
 				self.assertEqual(plan.nearest_tree(version), tree)
 

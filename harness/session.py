@@ -11,6 +11,7 @@ import pathlib
 
 import golden
 import plan
+from results import RESULTS_FILE
 
 TOP = plan.TOP
 
@@ -39,12 +40,40 @@ class Session:
 		return self.build / 'results'
 
 	@property
+	def results_json(self) -> pathlib.Path:
+		return self.results / RESULTS_FILE
+
+	@property
+	def accel_file(self) -> pathlib.Path:
+		"""The accelerator the last run chose (kvm or tcg)."""
+		return self.build / 'accel'
+
+	def snapshot_dir(self, variant: str, machine: str) -> pathlib.Path:
+		# The default machine's under the variant's name, as it always was.
+		return self.build / 'snapshots' / (variant if machine == plan.DEFAULT_MACHINE else f'{variant}@{machine}')
+
+	def kernel_src(self, variant: str) -> pathlib.Path:
+		return self.build / 'kernel' / variant / 'src'
+
+	def kernel_obj(self, variant: str) -> pathlib.Path:
+		return self.build / 'kernel' / variant / 'obj'
+
+	def driver_of(self, variant: str) -> pathlib.Path:
+		"""Where raceblk.ko and its helpers for VARIANT are built."""
+		return self.build / 'driver' / variant
+
+	@property
+	def own_dir(self) -> pathlib.Path:
+		"""harness/run --module's builds of the user's module."""
+		return self.build / 'own'
+
+	@property
 	def shown(self) -> str:
 		"""The build directory as messages show it."""
 		return os.path.relpath(self.build, TOP) if self.build.is_relative_to(TOP) else str(self.build)
 
 	def kernel_of(self, variant: str) -> pathlib.Path:
-		return self.build / 'kernel' / variant / 'obj/arch/x86/boot/bzImage'
+		return self.kernel_obj(variant) / 'arch/x86/boot/bzImage'
 
 	def initramfs_of(self, variant: str) -> pathlib.Path:
 		return self.build / 'initramfs' / f'{variant}.cpio'
@@ -58,4 +87,4 @@ class Session:
 
 	def own_archive(self, variant: str) -> pathlib.Path:
 		"""harness/run --module's archive of the user's module for VARIANT."""
-		return self.build / 'own' / f'{variant}.cpio.gz'
+		return self.own_dir / f'{variant}.cpio.gz'
