@@ -133,6 +133,7 @@ def driver_define(name: str, top: pathlib.Path = TOP) -> int:
 
 
 DEFINE_RE = re.compile(r'^#define\s(?:[^\n]*\\\n)*[^\n]*\n', re.M)
+NEWLINE_RE = re.compile(r'\n\s*')
 PARM_DESC_RE = re.compile(r'^MODULE_PARM_DESC\((\w+),\s*((?:[^;]|"[^"]*")*?)\);', re.M | re.S)
 
 
@@ -147,7 +148,8 @@ def driver_parameters(top: pathlib.Path = TOP) -> Dict[str, str]:
 	defines = ''.join(DEFINE_RE.findall((top / 'driver/internal.h').read_text() +
 					    (top / 'driver/main.c').read_text()))
 	descs = PARM_DESC_RE.findall((top / 'driver/main.c').read_text())
-	text = defines + ''.join(f'\n@{name}@ {desc}\n' for name, desc in descs)
+	# Each on one line (no C string holds a raw newline), for the reading below.
+	text = defines + ''.join(f'\n@{name}@ {NEWLINE_RE.sub(" ", desc)}\n' for name, desc in descs)
 	done = subprocess.run(['cpp', '-P', '-w'], input=text, capture_output=True, text=True, check=True)
 	params = {}
 	for name, expanded in re.findall(r'^@(\w+)@ (.*)$', done.stdout, re.M):

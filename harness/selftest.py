@@ -746,6 +746,17 @@ class Input(unittest.TestCase):
 		self.assertEqual((TOP / 'docs/driver.md').read_text(), plan.driver_docs(),
 				 'docs/driver.md\'s parameters are not what driver/main.c says: run make docs')
 
+	def test_parameter_descriptions_read_through_their_macros(self):
+		with tempfile.TemporaryDirectory() as tmp:
+			driver = pathlib.Path(tmp) / 'driver'
+			driver.mkdir()
+			(driver / 'internal.h').write_text('#define POINTS(X)\t\\\n\tX(a)\t\\\n\tX(b)\n')
+			(driver / 'main.c').write_text('#include <linux/module.h>\n#define NAME(p) " " #p\n'
+						       'MODULE_PARM_DESC(hold,\n\t\t "Where;  it waits:" POINTS(NAME)\n\t\t ". Default: a");\n'
+						       'MODULE_PARM_DESC(stage, "Read-only: \\"held at <point>\\"");\n')
+			self.assertEqual(plan.driver_parameters(pathlib.Path(tmp)),
+					 {'hold': 'Where;  it waits: a b. Default: a', 'stage': 'Read-only: "held at <point>"'})
+
 	def test_parameters_read_as_modinfo_reads_them(self):
 		# A stand-in .modinfo: NUL-terminated strings, one "parm=" each.
 		with tempfile.TemporaryDirectory() as tmp:
