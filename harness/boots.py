@@ -159,7 +159,7 @@ class Guests:
 		crashes = verdict.crash_lines(console.read_bytes().decode(errors='replace') if console.exists() else '')
 		if crashes:
 			return f'its console says {crashes[0]!r}'
-		if outcome != 'exited' or not answered_ktap(check):
+		if outcome != guestvm.End.EXITED or not answered_ktap(check):
 			return f'the guest gave no KTAP ({outcome}); its console:\n{guestvm.log_tail(console)}'
 		return ''
 

@@ -17,6 +17,7 @@ killed a task holding a lock leaves the rest waiting for it for good, and
 a soak's deadline is an hour away.
 """
 
+import enum
 import hashlib
 import json
 import os
@@ -157,6 +158,14 @@ class Machine:
 # A scenario's qemu.cmd boots its guest cold by hand: the guest reads the
 # scenario from /scenario in the initramfs, where a run's guest reads the
 # host's message; its console and KTAP go to these files beside qemu.cmd.
+class End(enum.StrEnum):
+	"""How a guest ended: QEMU exited, or was killed at the deadline, or
+	killed after a kernel report and silence."""
+	EXITED = 'exited'
+	TIMEOUT = 'timeout'
+	HUNG = 'hung'
+
+
 # What a run's guest leaves in its scenario's directory: its console, its
 # KTAP and QEMU's own messages.
 CONSOLE_LOG = 'console.log'
@@ -316,19 +325,18 @@ class Guest:
 				return False
 		return True
 
-	def outcome(self, when: str, grace: float = 0) -> str:
+	def outcome(self, when: str, grace: float = 0) -> 'End':
 		"""Wait for QEMU until the deadline (plus GRACE: a guest that has
-		closed its port is ending): "exited", "timeout" or "hung" (a
-		report, then silence; killed either way); a Fault when QEMU itself
-		failed (a guest's reboot or panic ends it with status 0)."""
+		closed its port is ending); a Fault when QEMU itself failed (a
+		guest's reboot or panic ends it with status 0)."""
 		try:
 			status = self.proc.wait(timeout=self.remaining() + grace)
 		except subprocess.TimeoutExpired:
 			self.kill()
-			return 'hung' if self.hung else 'timeout'
+			return End.HUNG if self.hung else End.TIMEOUT
 		if status != 0:
 			raise self._qemu_gone(when)
-		return 'exited'
+		return End.EXITED
 
 	def kill(self) -> None:
 		"""Kill QEMU's process group, unless QEMU was reaped already (its
@@ -353,12 +361,12 @@ class Guest:
 
 def run_scenario(machine: Machine, workdir: pathlib.Path, sockdir: str, initrd: pathlib.Path,
 		 message: bytes, timeout_s: float, snapshot: Optional[pathlib.Path] = None,
-		 reported: Optional[Callable[[str], bool]] = None) -> str:
+		 reported: Optional[Callable[[str], bool]] = None) -> 'End':
 	"""Boot (or restore SNAPSHOT) one guest, send it MESSAGE, keep its KTAP
-	in WORKDIR/ktap and its console in WORKDIR/console.log.  Returns
-	"exited", "timeout" or "hung" (see Guest.hung_after_report: REPORTED
-	tells a console with a kernel report); raises Fault when QEMU failed
-	around the guest."""
+	in WORKDIR/ktap and its console in WORKDIR/console.log.  Returns how
+	it ended (HUNG: see Guest.hung_after_report; REPORTED tells a console
+	with a kernel report); raises Fault when QEMU failed around the
+	guest."""
 	guest: Optional[Guest] = None
 	fds: List[int] = []
 	try:

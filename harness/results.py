@@ -53,7 +53,8 @@ class Verdict:
 	directive: str = ''		# KTAP: TIMEOUT or ERROR for a guest cut off
 	xfail: str = ''			# PASS by the crash the case expects: its summary
 	# A run a signal cut short: it says nothing, and neither do the
-	# runs of its scenario that finished.
+	# runs of its scenario that finished.  Used while the runs are
+	# gathered; results.json says it once, as the report's "interrupted".
 	interrupted: bool = False
 
 	@classmethod

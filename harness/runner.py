@@ -132,7 +132,7 @@ class Runner(boots.Guests):
 		base = self.session.results / scenario.name
 		return base if self.opts.repeat == 1 else base / f'run-{k}'
 
-	def boot(self, scenario: Scenario, workdir: pathlib.Path) -> str:
+	def boot(self, scenario: Scenario, workdir: pathlib.Path) -> guestvm.End:
 		snapshot = self.snapshot_of(scenario)
 		self.write_rerun(scenario, workdir, 'the run restored it from its variant\'s snapshot' if snapshot
 				 else 'the run booted it cold')
@@ -176,13 +176,15 @@ class Runner(boots.Guests):
 		shutil.rmtree(workdir, ignore_errors=True)
 		workdir.mkdir(parents=True)
 		start = time.monotonic()
+		# A harness fault: no guest ran, or its observations could not be judged.
+		end, fault = None, ''
 		try:
-			outcome = self.boot(scenario, workdir)
-		except guestvm.Fault as fault:
-			outcome = f'fault: {fault}'
+			end = self.boot(scenario, workdir)
+		except guestvm.Fault as problem:
+			fault = str(problem)
 		except Exception:	# a bug of ours: an ERROR with its traceback, not a dead run
 			(workdir / 'traceback').write_text(traceback.format_exc())
-			outcome = f'fault: harness error: {traceback.format_exc().strip().splitlines()[-1]} (traceback in {workdir.name}/traceback)'
+			fault = f'harness error: {traceback.format_exc().strip().splitlines()[-1]} (traceback in {workdir.name}/traceback)'
 		seconds = time.monotonic() - start
 		# The guest's tty turns every newline into CR LF.
 		texts = {}
@@ -196,13 +198,12 @@ class Runner(boots.Guests):
 			verdict.compare_observations(scenario, ktap, self.session.build)
 		except Exception:	# a bug of ours, or a golden table missing: this scenario's ERROR
 			(workdir / 'traceback').write_text(traceback.format_exc())
-			outcome = (f'fault: harness error judging the observations: '
-				   f'{traceback.format_exc().strip().splitlines()[-1]} (traceback in {workdir.name}/traceback)')
+			fault = (f'harness error judging the observations: '
+				 f'{traceback.format_exc().strip().splitlines()[-1]} (traceback in {workdir.name}/traceback)')
 		if guestvm.stopping():
 			judged = Verdict.cut_short()
 		else:
-			judged = verdict.judge(scenario, ktap, console, outcome,
-					       self.timeout_of(scenario.variant))
+			judged = verdict.judge(scenario, ktap, console, end, self.timeout_of(scenario.variant), fault)
 		run = run_of(k, judged, seconds, str(workdir.relative_to(TOP) if workdir.is_relative_to(TOP) else workdir),
 			     ktap.steps, texts[guestvm.KTAP_LOG], console)
 		self.print_run(scenario, run)

@@ -1706,7 +1706,7 @@ class HostJudges(unittest.TestCase):
 		ktap = verdict.parse_ktap('1..1\n# obs load=OK\nok 1 load\n', ['load'])
 		verdict.compare_observations(scenario, ktap)
 		console = f'[    1.000000] {verdict.scenario_marker(scenario)}\n'
-		judged = verdict.judge(scenario, ktap, console, 'exited', 60)
+		judged = verdict.judge(scenario, ktap, console, guestvm.End.EXITED, 60)
 		self.assertEqual((judged.status, judged.reason), (results.Status.FAIL, 'not ok 1 load=EIO: observed load=OK, expected EIO'))
 
 

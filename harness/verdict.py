@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Tuple
 import golden
 import plan
 from golden import HARNESS
-from guestvm import QUIET_AFTER_REPORT_S
+from guestvm import QUIET_AFTER_REPORT_S, End
 from plan import Scenario
 from results import Status, Step, Verdict
 
@@ -416,20 +416,21 @@ def scenario_marker(scenario: Scenario) -> str:
 	return f'harness: scenario {scenario.name}'
 
 
-def judge(scenario: Scenario, ktap: Ktap, console: str, outcome: str, timeout_s: int) -> Verdict:
-	"""OUTCOME is how the guest ended: "exited", "timeout", "hung", or a harness
-	fault ("fault: ...") when no guest ran at all."""
-	if outcome.startswith('fault: '):
-		return Verdict(Status.ERROR, outcome[len('fault: '):], directive='ERROR')
+def judge(scenario: Scenario, ktap: Ktap, console: str, end: Optional[End], timeout_s: int,
+	  fault: str = '') -> Verdict:
+	"""END is how the guest ended; FAULT, the harness's own problem (no
+	guest ran, or its observations could not be judged): an ERROR."""
+	if fault:
+		return Verdict(Status.ERROR, fault, directive='ERROR')
 	if ktap.plan is not None and scenario_marker(scenario) not in kernel_messages(console):
 		return Verdict(Status.ERROR, f'no kernel line "{scenario_marker(scenario)}" on the console: '
 			       'it was not captured, and a crash would go unseen', directive='ERROR')
 	crash = console_problem(scenario, console)
 	with_crash = f' (console: {crash})' if crash else ''
-	if outcome == 'timeout':
+	if end == End.TIMEOUT:
 		return Verdict(Status.FAIL, f'guest killed at the {timeout_s}s timeout{with_crash}',
 			       directive='TIMEOUT')
-	if outcome == 'hung':
+	if end == End.HUNG:
 		return Verdict(Status.FAIL, f'guest killed: silent for {QUIET_AFTER_REPORT_S}s after a kernel report'
 			       f'{with_crash}', directive='TIMEOUT')
 	if ktap.plan is None:
