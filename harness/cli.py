@@ -59,7 +59,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	parser.add_argument('--cases', metavar='FILE',
 			    help='the cases (default: harness/cases, or harness/module-cases with --module; '
 			    'make soak writes its own)')
-	parser.add_argument('--vcpus', type=bounded(1, 4), default=guestvm.VCPUS, metavar='N',
+	parser.add_argument('--vcpus', type=bounded(1, guestvm.MAX_VCPUS), default=guestvm.VCPUS, metavar='N',
 			    help=f'each guest\'s vCPUs (default {guestvm.VCPUS})')
 	parser.add_argument('--repeat', type=bounded(1, 1000), default=1, metavar='N',
 			    help='boot every scenario N times; runs that disagree are FLAKY')

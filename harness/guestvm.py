@@ -41,6 +41,7 @@ CMDLINE = 'console=ttyS0 reboot=t panic=-1'
 # under TCG (multi-threaded TCG), so that the loader and an opener really
 # run at the same time on the two host cores.
 VCPUS = 2
+MAX_VCPUS = 4		# what --vcpus takes
 # A guest's memory, unless its fragments want more (plan.variant_trait).
 MEMORY_MIB = 256
 # Longer than any quiet stretch of a live guest: a debug kmemleak scan

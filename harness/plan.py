@@ -47,17 +47,24 @@ FOREIGN_ACTIONS = ('vermagic', 'load_foreign', 'force_load')
 # action's (no act_case, act_params... in harness/guest/).
 KEYWORDS = ('case', 'params', 'image', 'kernel', 'crash', 'skip')
 RUN, NOT_RUN = '.', '-'
-# A case's id, a crash's name, an action's: a lower-case word.
-NAME_RE = re.compile(r'^[a-z][a-z0-9_]*$')
+# A case's id, a crash's name, an action's, a parameter's: a lower-case word.
+NAME = r'[a-z][a-z0-9_]*'
+NAME_RE = re.compile(rf'^{NAME}$')
 # A step is an action of the guest's (act_NAME in harness/guest/*.sh),
 # written NAME[:ARGS][=EXPECTED]: the guest gets NAME[:ARGS] and reports
 # what it saw; the host compares that with EXPECTED.  What the guest gets
 # is a KTAP description: no '#' (ktap.rst), no glob character.
-ACTION_RE = re.compile(r'^([a-z][a-z0-9_]*)(?::([^\s#*?\[=]+))?(?:=([^\s#*?\[]+))?$')
-STEP_NAME_RE = re.compile(r'^[a-z][a-z0-9_]*')
+ACTION_RE = re.compile(rf'^({NAME})(?::([^\s#*?\[=]+))?(?:=([^\s#*?\[]+))?$')
+STEP_NAME_RE = re.compile(rf'^{NAME}')
 # An action's definition in harness/guest/*.sh: act_NAME() {
 ACT_RE = re.compile(r'^act_([a-z0-9_]+)\(\)', re.MULTILINE)
-PARAM_RE = re.compile(r'^([a-z][a-z0-9_]*)=[^\s*?\[]*$')
+PARAM_RE = re.compile(rf'^({NAME})=[^\s*?\[]*$')
+
+
+def scenario_name(variant: str, id_: str, image: str) -> str:
+	"""How results, filters and the guest's console name a scenario
+	(the guest's /init writes it too, for the host to find)."""
+	return f'{variant}/{id_}/{image}'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -729,7 +736,7 @@ class Scenario:
 
 	@property
 	def name(self) -> str:
-		return f'{self.variant}/{self.id}/{self.image}'
+		return scenario_name(self.variant, self.id, self.image)
 
 	@property
 	def guest_steps(self) -> Tuple[str, ...]:

@@ -738,6 +738,20 @@ class Input(unittest.TestCase):
 				with self.subTest(workflow=workflow.name, uses=use):
 					self.assertTrue(use.startswith('./') or re.fullmatch(r'[\w./-]+@[0-9a-f]{40}', use), use)
 
+	def test_the_guest_sources_every_library(self):
+		# /init sources its libraries by name (so that shellcheck follows
+		# them); a library it does not source would be unknown in the
+		# guest though plan.py, mkinitramfs and the docs take it.
+		guest = HARNESS / 'guest'
+		sourced = set()
+		wanted = ['init']
+		while wanted:
+			text = (guest / wanted.pop()).read_text()
+			found = set(re.findall(r'^\s*\. /lib/raceblk/(\S+\.sh)$', text, re.M)) - sourced
+			sourced |= found
+			wanted += found
+		self.assertEqual(sorted(p.name for p in guest.glob('*.sh')), sorted(sourced))
+
 	def test_action_docs_are_current(self):
 		self.assertEqual((TOP / 'docs/actions.md').read_text(), plan.action_docs(),
 				 'docs/actions.md is not what the guest\'s comments say: run make docs')
@@ -865,6 +879,7 @@ class Input(unittest.TestCase):
 		soak = load_script('soak')
 		for argv in ([], ['--faults', '--cycles', '300'], ['--ungated', '--runs', '20', '--variant', 'vanilla-debug'],
 			     ['--ungated=reload', '--cycles', '1', '--runs', '200', '--vcpus', '1']):
+			argv = argv if '--variant' in argv else argv + ['--variant', 'fixed-debug']
 			with tempfile.TemporaryDirectory() as tmp, self.subTest(argv=argv):
 				table = pathlib.Path(tmp) / 'cases'
 				table.write_text(soak.table(soak.options(argv)))

@@ -1,7 +1,7 @@
 # make soak's guest side: the action soak:CYCLES:SEED[:MODE] (fuzz.sh), MODE
 # faults, ungated, ungated-openers, ungated-prober or ungated-reload.
 #
-# Each cycle loads one of raceblk's instances (raceblk_s0..raceblk_s3, disk
+# Each cycle loads one of raceblk's instances (raceblk_s0, raceblk_s1..., disk
 # raceblk_sN0: see driver/Kbuild) with a failure point drawn at random,
 # half the time held there and released, while 0-2 openers open, read and
 # close its disk and first partition in a loop, racing the init until the
@@ -44,7 +44,9 @@
 # shellcheck source=harness/guest/soakreport.sh
 . /lib/raceblk/soakreport.sh
 
-SOAK_INSTANCES=4
+# raceblk's instances: as many as the initramfs holds (the Makefile's
+# SOAK_INSTANCES; a soak without them says so in soak_run).
+SOAK_INSTANCES=$(find /lib/modules -maxdepth 1 -name 'raceblk_s*.ko' | wc -l)
 # The failure points of backend=blk, in the order init reaches them, as
 # the module lists them (soak_points), and how many come before
 # after_add_disk, the first with a disk to race for.
@@ -312,6 +314,10 @@ soak_run() {
 	# shellcheck disable=SC3028 # busybox ash reseeds RANDOM on assignment
 	RANDOM=$2
 	start=$(date +%s)
+	if [ "$SOAK_INSTANCES" -eq 0 ]; then
+		echo "soak: no raceblk_s*.ko in /lib/modules: a -debug or -kcsan variant's initramfs has them"
+		return 1
+	fi
 	soak_points "/lib/modules/$(soak_instances | head -n 1).ko" || return 1
 	: > /tmp/soak.outcomes
 	: > /tmp/soak.reports
