@@ -398,10 +398,10 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(MODULE_SELFTEST) $(BUILD)/kern
 # Module.symvers; for -proto the one file exporting the changed symbol is
 # compiled too, and its new CRC (genksyms, "#SYMVER" in its .cmd file)
 # replaces the old one there, as a full build of that tree would.
-FOREIGN_vanilla := raceblk-vermagic raceblk-release raceblk-fixed
-FOREIGN_vanilla-modversions := raceblk-vermagic raceblk-release raceblk-proto
-# (None for a kernel of the user's: BZIMAGE_OBJ has no source to prepare.)
-foreign_modules = $(if $(BZIMAGE_OBJ),,$(foreach m,$(FOREIGN_$(1)),$(BUILD)/driver/$(1)/foreign/$(m).ko))
+# Which variant gets which: harness/foreign-modules.  (None for a kernel of
+# the user's: BZIMAGE_OBJ has no source to prepare.)
+foreign_modules = $(if $(BZIMAGE_OBJ),,$(foreach m,$(subst $(comma), ,$(patsubst $(1):%,%,$(filter $(1):%,$(call facts,foreign)))),\
+	$(BUILD)/driver/$(1)/foreign/$(m).ko))
 ABI_FIXTURE := $(TREE)/fixtures/blk-mq-end-request-int.patch
 PREP_KMAKE = $(MAKE) --no-print-directory -C $(1) O=$(@D) $(KMAKE_FLAGS) -j$(JOBS)
 

@@ -108,6 +108,7 @@ class Known:
 	images: Set[str]
 	steps: Set[str]
 	params: Set[str]
+	foreign: Dict[str, List[str]] = dataclasses.field(default_factory=dict)
 
 
 def trees(top: pathlib.Path = TOP) -> List[str]:
@@ -206,7 +207,7 @@ def known_names(top: pathlib.Path = TOP) -> Known:
 	# SERIES-FRAGMENT: a series built with kernel-patches/config/FRAGMENT.config too.
 	fragments = {p.stem for p in (top / 'kernel-patches/config').glob('*.config')} - {'base'}
 	return Known(variants=series | {f'{v}-{f}' for v in series for f in fragments}, trees=set(trees(top)),
-		     images=images, steps=steps, params=params)
+		     images=images, steps=steps, params=params, foreign=foreign_modules(top))
 
 
 def guest_actions(top: pathlib.Path = TOP) -> Set[str]:
@@ -579,6 +580,22 @@ def row_errors(row: Row, known: Known) -> Iterator[Tuple[int, str]]:
 		expected = split_step(word)[1]
 		if expected and '=' in expected and not all('=' in pair for pair in expected.split(',')):
 			yield line, f'step "{word}": an expectation of several keys is KEY=VALUE,KEY=VALUE'
+		for text in foreign_errors(row, word, known):
+			yield line, text
+
+
+def foreign_errors(row: Row, word: str, known: Known) -> Iterator[str]:
+	"""A step that loads a module built for another kernel, on a variant
+	whose guests do not get that module."""
+	match = ACTION_RE.match(word)
+	if not match or match.group(1) not in FOREIGN_ACTIONS or not match.group(2):
+		return
+	for tree in sorted(known.trees):
+		for variant in row_variants(row, tree):
+			for name in (default_variants() if variant == 'all' else [variant]):
+				if match.group(2) not in known.foreign.get(name, []):
+					yield (f'step "{word}": {name}@{tree}\'s guests get no foreign/{match.group(2)}.ko '
+					       '(harness/foreign-modules)')
 
 
 def column_errors(row: Row, known: Known) -> Iterator[str]:
@@ -869,6 +886,12 @@ def nearest_tree(release: str, top: pathlib.Path = TOP) -> Optional[str]:
 	return max(below, key=tree_version) if below else None
 
 
+def foreign_modules(top: pathlib.Path = TOP) -> Dict[str, List[str]]:
+	"""The modules built for another kernel that each variant's guests get
+	(harness/foreign-modules)."""
+	return {words[0]: words[1:] for words in golden.rows(top / 'harness/foreign-modules')}
+
+
 def in_tree_modules(top: pathlib.Path = TOP) -> List[Tuple[str, str]]:
 	"""The kernel tree's modules the guests load (harness/in-tree-modules):
 	each one's path and its mark ('' for none)."""
@@ -877,12 +900,14 @@ def in_tree_modules(top: pathlib.Path = TOP) -> List[Tuple[str, str]]:
 
 def make_facts(variants: List[str], top: pathlib.Path = TOP) -> List[str]:
 	"""What the Makefile knows of the project, asked once: KIND:VALUE
-	words (tree:, default:, test:, design-column:, image:, module:), and for
+	words (tree:, default:, test:, design-column:, image:, module:,
+	foreign:VARIANT:NAME,...), and for
 	each variant (VARIANTS, the defaults, the designs)
 	variant:NAME:SERIES:FRAGMENTS:SOAK ("-": none)."""
 	words = [f'tree:{t}' for t in trees(top)] + [f'default:{v}' for v in default_variants(top)]
 	words += [f'test:{v}' for v in test_variants(top)] + [f'design-column:{v}' for v in design_columns(top)]
 	words += [f'image:{i}' for i in all_images(top)] + [f'module:{m}' for m, _ in in_tree_modules(top)]
+	words += [f'foreign:{v}:{",".join(names)}' for v, names in foreign_modules(top).items()]
 	every = dict.fromkeys(variants + default_variants(top) + row_only_variants(top) + list(designs(top)))
 	words += [f'variant:{v}:{series_of(v)}:{",".join(fragments_of(v)) or "-"}:'
 		  f'{"yes" if variant_trait(v, "soak") else "-"}' for v in every]

@@ -826,6 +826,21 @@ class Input(unittest.TestCase):
 			with self.subTest(version=version):
 				self.assertEqual(plan.nearest_tree(version), tree)
 
+	def test_a_foreign_module_the_variant_lacks_is_refused(self):
+		text = ('case proto\nkernel vanilla vanilla-modversions\nload_foreign:raceblk-proto  EINVAL  EINVAL\n'
+			'skip    isolate,rusty,fixed  x\n')
+		with tempfile.TemporaryDirectory() as tmp:
+			table = pathlib.Path(tmp) / 'cases'
+			table.write_text(text)
+			errors = plan.check(table, plan.known_names())
+		self.assertTrue(errors and all('vanilla@' in e and 'no foreign/raceblk-proto.ko' in e for e in errors), errors)
+		self.assertEqual(len(errors), len(plan.trees()))
+
+	def test_the_foreign_actions_are_those_that_load_a_foreign_module(self):
+		text = (HARNESS / 'guest/compat.sh').read_text()
+		found = re.findall(r'^act_(\w+)\(\) \{\n(?:\t.*\n)*?\t.*"\$FOREIGN/\$1\.ko"', text, re.M)
+		self.assertEqual(sorted(found), sorted(plan.FOREIGN_ACTIONS))
+
 	def test_a_gdb_variant_runs_what_its_base_runs(self):
 		text = 'case unload_io\nkernel vanilla fixed\nload=OK\nunload=EBUSY - .\n'
 		with tempfile.TemporaryDirectory() as tmp:
