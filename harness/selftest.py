@@ -1285,6 +1285,28 @@ class GuestSteps(unittest.TestCase):
 			return subprocess.run(['busybox', 'sh', '-c', script], capture_output=True, text=True,
 					      check=False, timeout=30)
 
+	def test_soak_counts_the_reports_the_host_would_not_pass(self):
+		# The guest's count of a soak's reports agrees with the host's
+		# scan: a known report (with its function in the trace) is no
+		# report; the same title without it is.
+		known_title, known_function = verdict.KNOWN_REPORTS[0]
+		klog = ['[    1.000000] raceblk: init failed', '[    2.000000] BUG: KASAN: slab-use-after-free in x',
+			'[    2.100000] ' + '=' * 20, f'[    3.000000] {known_title} / y', '[    3.100000] ',
+			f'[    3.200000]  {known_function}+0x1/0x2', '[    3.300000] ' + '=' * 20,
+			f'[    4.000000] {known_title} / z', '[    4.100000] ' + '=' * 20,
+			'[    5.000000] kmemleak: 1 new suspected memory leaks', '[    6.000000] RETBleed: WARNING: x']
+		with tempfile.TemporaryDirectory() as tmp:
+			log = pathlib.Path(tmp) / 'klog'
+			log.write_text('\n'.join(klog) + '\n')
+			script = (f'GUEST_LIB={HARNESS}/guest; . {HARNESS}/guest/soakreport.sh\n'
+				  f'soak_titles > {tmp}/titles\n'
+				  f'soak_unknown_reports {tmp}/titles < {log}\n')
+			done = subprocess.run(['busybox', 'sh', '-c', script], capture_output=True, text=True, timeout=30)
+		self.assertEqual((done.returncode, done.stderr), (0, ''))
+		self.assertEqual(done.stdout.splitlines(), [klog[1], klog[7], klog[9]])
+		messages = [line.split('] ', 1)[1] for line in klog]
+		self.assertEqual(list(verdict.known_report_titles(messages)), [3])
+
 	def test_soak_reads_the_failure_points_from_modinfo(self):
 		done = self.soak_points('parm=fail_at:' + plan.driver_parameters()['fail_at'])
 		self.assertEqual((done.returncode, done.stdout), (0, '3:none alloc before_add_disk after_add_disk after_scan_io late\n'))

@@ -27,18 +27,12 @@ CRASH_TITLES = tuple(line for line in (HARNESS / 'guest/crash-titles').read_text
 		     if line and not line.startswith('#'))
 DIE_HEADER = CRASH_TITLES[-1]
 CRASH_RE = re.compile('^(?:' + '|'.join(f'(?:{t})' for t in CRASH_TITLES) + ')')
-# Reports in code the series does not touch, on a configuration the rows
-# run (docs/reliability.md, "Known reports"): a title and a function of its trace.  A
-# known report fails no row; the run lists it.  KCSAN at every reboot:
-# native_stop_other_cpus() (arch/x86/kernel/smp.c) polls cpus_stop_mask
-# while the other CPUs clear their bits in it as they stop.  KCSAN on 6.12
-# (1 run in 400): sbitmap_find_bit() (lib/sbitmap.c) looks for a free tag
-# with a plain find_next_zero_bit() while another CPU sets one with
-# test_and_set_bit_lock(); the search is a hint the atomic set confirms.
-KNOWN_REPORTS = (
-	('BUG: KCSAN: data-race in _find_first_bit', 'native_stop_other_cpus'),
-	('BUG: KCSAN: data-race in _find_next_zero_bit / sbitmap_find_bit', 'sbitmap_get'),
-)
+# Known reports (harness/guest/known-reports, the guest's list too): a
+# title and a function of its trace each.  A known report fails no row;
+# the run lists it.
+KNOWN_REPORTS = tuple(tuple(part.strip() for part in line.split('|', 1))
+		      for line in (HARNESS / 'guest/known-reports').read_text().splitlines()
+		      if line and not line.startswith('#'))
 # A KCSAN or KASAN report's last line.
 REPORT_END_RE = re.compile(r'^=+$')
 OOPS_END_RE = re.compile(f'^{DIE_HEADER}')
