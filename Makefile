@@ -341,9 +341,7 @@ INTREE_MODULES := $(call facts,module)
 DRIVER_SOURCES := $(wildcard driver/*.[ch]) driver/Kbuild driver/Makefile
 
 # A -debug or -kcsan variant also gets make soak's instances of raceblk (see
-# driver/Kbuild): raceblk_sN_main.c and raceblk_sN_backend_NAME.c include the
-# real sources.
-RACEBLK_SOURCES := main.c $(notdir $(wildcard driver/backend_*.c))
+# driver/Kbuild).
 SOAK_INSTANCES := 4
 soak_instances = $(if $(filter yes,$(call variant_fact,$(1),4)),$(SOAK_INSTANCES))
 
@@ -368,9 +366,6 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(MODULE_SELFTEST) $(BUILD)/kern
 	@$(call new_file,$(MODULE_SELFTEST),$(SELFTEST_SCRIPT)) > $(@D)/kselftest/module/$(notdir $(SELFTEST_SCRIPT))
 	@$(if $(KTAP_HELPERS_PATCH),$(call new_file,$(KTAP_HELPERS_PATCH),$(KTAP_HELPERS)) >,cp $(PRISTINE)/$(KTAP_HELPERS)) \
 		$(@D)/kselftest/kselftest/$(notdir $(KTAP_HELPERS))
-	@for i in $$(seq 0 $$(($(or $(call soak_instances,$*),0) - 1))); do \
-		for c in $(RACEBLK_SOURCES); do echo "#include \"$$c\"" > $(@D)/raceblk_s$${i}_$$c; done; \
-	done
 	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$*/obj \
 		CC="ccache gcc" W=1 RACEBLK_INSTANCES=$(call soak_instances,$*)
 	@# docs/driver.md and the cases' check read the parameters from the
