@@ -22,7 +22,7 @@ import os
 import pathlib
 import re
 import subprocess
-from typing import Dict, List, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 import plan
 from session import Session
@@ -32,10 +32,11 @@ CONFIG = TOP / 'kernel-patches/config'
 OPTION_RE = re.compile(r'^(?:# )?(CONFIG_[A-Z0-9_]+)(?:=| is not set)')
 
 
-def in_tree_modules() -> List[str]:
+def in_tree_modules(lacks: Sequence[str] = ()) -> List[str]:
 	"""The modules of the tree the cases load that base.config makes
-	modules: harness/in-tree-modules' unmarked lines."""
-	return [path for path, mark in plan.in_tree_modules() if not mark]
+	modules (harness/in-tree-modules' unmarked lines), but those whose
+	option the kernel LACKS."""
+	return [m.path for m in plan.in_tree_modules() if not m.mark and m.option not in lacks]
 
 
 class Problem(Exception):
@@ -94,16 +95,28 @@ def wanted_lines(tree: str) -> Dict[str, str]:
 	return wanted
 
 
-def missing(config: str, wanted: Dict[str, str]) -> List[str]:
-	"""The wanted lines CONFIG does not have, with what it has instead.  An
-	option it does not know is not set (as kernel-patches/config/check)."""
+def missing(config: str, wanted: Dict[str, str]) -> Dict[str, str]:
+	"""The wanted lines CONFIG does not have, by option: the line, and what
+	it has instead.  An option it does not know is not set (as
+	kernel-patches/config/check)."""
 	have = options(config)
-	gaps = []
-	for name, line in sorted(wanted.items()):
-		if have.get(name) == line or (line.startswith('# ') and name not in have):
-			continue
-		gaps.append(f'{line} (it has {have.get(name, "nothing")!r})')
-	return gaps
+	return {name: f'{line} (it has {have.get(name, "nothing")!r})' for name, line in sorted(wanted.items())
+		if not (have.get(name) == line or (line.startswith('# ') and name not in have))}
+
+
+# A kernel built with CONFIG_PREEMPT_DYNAMIC (as distributions build
+# theirs) chooses its preemption model at boot: full preemption, as the
+# guests want, with this on its command line.
+PREEMPT_FULL = 'preempt=full'
+
+
+def boot_args(config: str, gaps: Dict[str, str]) -> List[str]:
+	"""What the kernel's command line needs for what GAPS lacks, taking
+	out of GAPS what that makes up for."""
+	if 'CONFIG_PREEMPT' in gaps and options(config).get('CONFIG_PREEMPT_DYNAMIC') == 'CONFIG_PREEMPT_DYNAMIC=y':
+		del gaps['CONFIG_PREEMPT']
+		return [PREEMPT_FULL]
+	return []
 
 
 # A make of ours starts afresh: not a part of the make that may have
@@ -134,16 +147,24 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Session:
 		raise Problem(f'--bzimage {image}: release {release}: older than every known tree ({", ".join(plan.trees())})')
 	config, where = kernel_config(image, obj)
 	gaps = missing(config, wanted_lines(tree))
-	if gaps:
+	args = boot_args(config, gaps)
+	# What some cases need alone skips those cases; the rest refuses.
+	lacks = {name: text for name, text in gaps.items() if name in plan.case_needs()}
+	refused = [text for name, text in gaps.items() if name not in lacks]
+	if refused:
 		raise Problem(f'--bzimage {image}: {where} lacks what the guest needs (kernel-patches/config/'
-			      'base.config says why): ' + '; '.join(gaps))
-	absent = [name for name in in_tree_modules() if not (obj / name).is_file()]
+			      'base.config says why): ' + '; '.join(refused))
+	absent = [name for name in in_tree_modules(list(lacks)) if not (obj / name).is_file()]
 	if absent:
 		raise Problem(f'--bzimage {image}: {obj} has no {absent[0]}: the cases load it (make modules)')
 	print(f'harness: --bzimage {image}: {release}, configuration from {where}: has what the guest needs; '
-	      f'judged as {variant} of {tree}', flush=True)
+	      f'judged as {variant} of {tree}' + ''.join(f'; boots with {a}' for a in args), flush=True)
+	if lacks:
+		print(f'harness: --bzimage: it lacks what some cases need (kernel-patches/config/case-needs): '
+		      f'{", ".join(lacks)}: those are skipped, each naming what it needs', flush=True)
 	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), 'initramfs',
 			       f'BZIMAGE_OBJ={obj}', f'VARIANTS={variant}'], check=False, env=MAKE_ENV) if build else None
 	if make and make.returncode != 0:
 		raise Problem(f'--bzimage: building raceblk and the archives against {obj} failed (above)')
-	return Session(build_dir(obj, variant), tree, f'{image} ({release})', foreign=True)
+	return Session(build_dir(obj, variant), tree, f'{image} ({release})', foreign=True,
+		       lacks=tuple(lacks.items()), boot_args=tuple(args))

@@ -100,6 +100,9 @@ class Machine:
 		     disk: Optional[pathlib.Path] = None, vcpus: int = VCPUS):
 		self.accel, self.variant, self.kernel = accel, variant, kernel
 		self.kind, self.disk, self.vcpus = kind, disk, vcpus
+		# What the kernel's command line needs besides CMDLINE (a kernel of
+		# the user's: bzimage.boot_args).
+		self.boot_args: Sequence[str] = ()
 		# harness/run --shell: the console on the terminal (and its log);
 		# --gdb: QEMU's gdb stub on this port, and no KASLR.
 		self.interactive = False
@@ -138,7 +141,7 @@ class Machine:
 		if '-icount' in board:
 			accel = 'tcg'
 		gdb = ['-gdb', f'tcp:127.0.0.1:{self.gdb_port}'] if self.gdb_port else []
-		cmdline = CMDLINE + (' nokaslr' if self.gdb_port else '')
+		cmdline = ' '.join([CMDLINE, *self.boot_args] + (['nokaslr'] if self.gdb_port else []))
 		return ['-accel', accel, '-cpu', 'max,la57=off', '-m', str(self.memory), '-smp', str(self.vcpus),
 			*board, '-no-reboot', '-display', 'none', '-nodefaults',
 			'-chardev', console_dev, '-serial', 'chardev:console',

@@ -765,6 +765,46 @@ class Scenario:
 		"""What the host expects of each step (see split_step)."""
 		return tuple(split_step(word)[1] for word in self.steps)
 
+	@property
+	def uses(self) -> Set[str]:
+		"""What of the kernel it uses, as case-needs names it: its
+		actions, raceblk parameters (NAME=VALUE) and machine."""
+		return {step_name(w) for w in self.steps} | set(self.params) | {f'machine={self.machine}'}
+
+
+@functools.lru_cache(maxsize=None)
+def case_needs(top: pathlib.Path = TOP) -> Dict[str, Tuple[str, ...]]:
+	"""The options only some cases need, and what uses each: actions,
+	parameters, machines (kernel-patches/config/case-needs)."""
+	return {words[0]: tuple(words[1:]) for words in golden.rows(top / 'kernel-patches/config/case-needs')}
+
+
+def lacked(scenario: Scenario, lacks: Dict[str, str], top: pathlib.Path = TOP) -> List[str]:
+	"""What SCENARIO needs of LACKS, the options a kernel lacks, by
+	case-needs: LACKS' text of each ("CONFIG_X=y (it has ...)")."""
+	return [text for option, text in sorted(lacks.items()) if set(case_needs(top).get(option, ())) & scenario.uses]
+
+
+def case_needs_errors(known: Known, top: pathlib.Path = TOP) -> List[str]:
+	"""A name in case-needs that no action, parameter or machine has, or
+	an option no base.config sets."""
+	fragments = [top / 'kernel-patches/config/base.config'] + [top / 'kernel-patches' / t / 'config/base.config'
+								  for t in trees(top)]
+	asked = {w[0].split('=')[0] for f in fragments if f.is_file() for w in golden.rows(f)}
+	errors = [f'kernel-patches/config/case-needs: {option}: no base.config sets it'
+		  for option in case_needs(top) if option not in asked]
+	# --bzimage skips the cases of a module whose option a kernel lacks.
+	errors += [f'harness/in-tree-modules: {m.path}: its {m.option} is not in kernel-patches/config/case-needs'
+		   for m in in_tree_modules(top) if not m.mark and m.option not in case_needs(top)]
+	for option, users in case_needs(top).items():
+		for user in users:
+			name, value = user.split('=', 1) if '=' in user else (user, '')
+			if not ((value and name == 'machine' and value in machines(top))
+				or (value and name in known.params) or (not value and name in known.steps)):
+				errors.append(f'kernel-patches/config/case-needs: {option}: "{user}" is no action, '
+					      'raceblk parameter or machine')
+	return errors
+
 
 def variant_words(top: pathlib.Path = TOP) -> List[str]:
 	text = (top / 'kernel-patches/variants').read_text()
@@ -892,10 +932,16 @@ def foreign_modules(top: pathlib.Path = TOP) -> Dict[str, List[str]]:
 	return {words[0]: words[1:] for words in golden.rows(top / 'harness/foreign-modules')}
 
 
-def in_tree_modules(top: pathlib.Path = TOP) -> List[Tuple[str, str]]:
-	"""The kernel tree's modules the guests load (harness/in-tree-modules):
-	each one's path and its mark ('' for none)."""
-	return [(words[0], ' '.join(words[1:])) for words in golden.rows(top / 'harness/in-tree-modules')]
+@dataclasses.dataclass(frozen=True)
+class InTreeModule:
+	path: str
+	option: str	# the option that builds it
+	mark: str	# '' for none
+
+
+def in_tree_modules(top: pathlib.Path = TOP) -> List[InTreeModule]:
+	"""The kernel tree's modules the guests load (harness/in-tree-modules)."""
+	return [InTreeModule(words[0], words[1], ' '.join(words[2:])) for words in golden.rows(top / 'harness/in-tree-modules')]
 
 
 def make_facts(variants: List[str], top: pathlib.Path = TOP) -> List[str]:
@@ -906,7 +952,7 @@ def make_facts(variants: List[str], top: pathlib.Path = TOP) -> List[str]:
 	variant:NAME:SERIES:FRAGMENTS:SOAK ("-": none)."""
 	words = [f'tree:{t}' for t in trees(top)] + [f'default:{v}' for v in default_variants(top)]
 	words += [f'test:{v}' for v in test_variants(top)] + [f'design-column:{v}' for v in design_columns(top)]
-	words += [f'image:{i}' for i in all_images(top)] + [f'module:{m}' for m, _ in in_tree_modules(top)]
+	words += [f'image:{i}' for i in all_images(top)] + [f'module:{m.path}' for m in in_tree_modules(top)]
 	words += [f'foreign:{v}:{",".join(names)}' for v, names in foreign_modules(top).items()]
 	every = dict.fromkeys(variants + default_variants(top) + row_only_variants(top) + list(designs(top)))
 	words += [f'variant:{v}:{series_of(v)}:{",".join(fragments_of(v)) or "-"}:'
@@ -946,7 +992,7 @@ def main(argv: List[str]) -> int:
 	else:
 		errors = check(TABLE, known, coverage=True) + check(MODULE_TABLE, known, coverage=True, fuzz=False)
 		errors += check(BENCH_TABLE, known, coverage=True, fuzz=False)
-	errors += variant_errors(argv[2:], known) + tree_errors()
+	errors += variant_errors(argv[2:], known) + tree_errors() + case_needs_errors(known)
 	for error in errors:
 		print(error, file=sys.stderr)
 	return 1 if errors else 0

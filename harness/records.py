@@ -28,12 +28,12 @@ def run_of(k: int, judged: Verdict, seconds: float = 0.0, logs: str = '',
 		   found.known, verdict.crash_summary(console))
 
 
-NOT_RUN_REASON = 'it loads modules built for another kernel, which --bzimage does not build'
+FOREIGN_REASON = 'it loads modules built for another kernel, which --bzimage does not build'
 
 
-def not_run_record(scenario: Scenario) -> Record:
+def not_run_record(scenario: Scenario, reason: str) -> Record:
 	"""The record of a scenario --bzimage cannot run: a SKIP with why."""
-	return aggregate(scenario, [run_of(1, Verdict(Status.SKIP, NOT_RUN_REASON))], 1)
+	return aggregate(scenario, [run_of(1, Verdict(Status.SKIP, reason))], 1)
 
 
 def aggregate(scenario: Scenario, runs: List[Run], repeat: int) -> Record:

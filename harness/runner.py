@@ -56,7 +56,7 @@ from cli import parse_args
 from control import Lock, Signals
 from own import prepare_own_image, prepare_own_module, sha256_of
 from plan import Scenario
-from records import (MATRIX_FILE, NOT_RUN_REASON, RACE_DEMO_FILE, REPORT_FILES, aggregate, not_run_record, report_failure, run_of, symbolise,
+from records import (FOREIGN_REASON, MATRIX_FILE, RACE_DEMO_FILE, REPORT_FILES, aggregate, not_run_record, report_failure, run_of, symbolise,
 		     write_reports)
 from results import Record, Report, Run, Verdict
 from session import Refusal, Session
@@ -81,11 +81,16 @@ def compile_plan(opts: argparse.Namespace, session: Session) -> List[Scenario]:
 		  if any(fnmatch.fnmatchcase(s.name, g) for g in globs)]
 	index, count = opts.shard
 	chosen = chosen[index - 1::count]
-	# --bzimage builds no module for another kernel.
-	opts.not_run = []
-	if session.foreign:
-		opts.not_run = [s for s in chosen if {plan.step_name(w) for w in s.steps} & set(plan.FOREIGN_ACTIONS)]
-		chosen = [s for s in chosen if s not in opts.not_run]
+	# A kernel of the user's (--bzimage): no module built for another
+	# kernel, and maybe not every option a case needs.
+	opts.not_run = {}
+	for scenario in chosen:
+		needs = plan.lacked(scenario, dict(session.lacks))
+		if needs:
+			opts.not_run[scenario] = f'it needs what the kernel lacks: {"; ".join(needs)}'
+		elif session.foreign and scenario.uses & set(plan.FOREIGN_ACTIONS):
+			opts.not_run[scenario] = FOREIGN_REASON
+	chosen = [s for s in chosen if s not in opts.not_run]
 	if opts.own_module and any(s.image != plan.DEFAULT_IMAGE for s in chosen):
 		# The guest unpacks one archive after a restore: the module's.
 		raise Refusal(f'--module runs cases on the default image only, and {opts.cases} has others')
@@ -324,7 +329,7 @@ def main(argv: List[str]) -> int:
 				records = run_all(runner, opts, signals)
 	finally:
 		signals.restore()
-	records += [not_run_record(s) for s in opts.not_run]
+	records += [not_run_record(s, reason) for s, reason in opts.not_run.items()]
 	signum = signals.first
 	if not signum:
 		for record in records:
@@ -350,9 +355,10 @@ def main(argv: List[str]) -> int:
 			print(f'harness: {opts.image} CHANGED during the run', file=sys.stderr)
 			failed += 1
 	skipped = count.skipped
-	if opts.not_run:
-		print(f'harness: {len(opts.not_run)} scenarios skipped, as each says: {NOT_RUN_REASON} '
-		      f'({", ".join(s.name for s in opts.not_run[:4])}' + (', ...)' if len(opts.not_run) > 4 else ')'))
+	for reason in dict.fromkeys(opts.not_run.values()):
+		names = [s.name for s, why in opts.not_run.items() if why == reason]
+		print(f'harness: {len(names)} scenarios skipped: {reason} '
+		      f'({", ".join(names[:4])}' + (', ...)' if len(names) > 4 else ')'))
 	if signum:
 		finished = len(records) - len(opts.not_run)
 		skipped += len(scenarios) - finished

@@ -1066,6 +1066,43 @@ class BzImage(unittest.TestCase):
 		self.assertEqual(lines[1:], expected)
 		self.assertLess(len(expected), len(cases), 'no foreign case to leave out')
 
+	def test_a_kernel_lacking_what_some_cases_need_runs_the_others(self):
+		# Debian's way: PREEMPT_DYNAMIC (booted with preempt=full), no
+		# failslab, sd a module.  The cases using those are left out.
+		wanted = bzimage.wanted_lines('7.3')
+		lacking = ('CONFIG_PREEMPT', 'CONFIG_FAILSLAB', 'CONFIG_BLK_DEV_SD')
+		config = [line for name, line in wanted.items() if name not in lacking]
+		obj = self.object_tree('\n'.join(config + ['CONFIG_PREEMPT_DYNAMIC=y', 'CONFIG_BLK_DEV_SD=m']) + '\n')
+		for name in bzimage.in_tree_modules():
+			(obj / name).parent.mkdir(parents=True, exist_ok=True)
+			(obj / name).write_text('fake')
+		fake = FakeBuild()
+		self.addCleanup(fake.close)
+		done = fake.run('pass', '--bzimage', str(obj / 'arch/x86/boot/bzImage'), '--list')
+		self.assertEqual(done.returncode, 0, done.stderr)
+		lines = done.stdout.splitlines()
+		self.assertIn('boots with preempt=full', lines[0])
+		self.assertIn('lacks what some cases need (kernel-patches/config/case-needs): '
+			      'CONFIG_BLK_DEV_SD, CONFIG_FAILSLAB', lines[1])
+		cases = plan.scenarios(TABLE, ['vanilla'], tree='7.3')
+		needing = {s.name for s in cases if s.uses & {'fault_held', 'backend=scsi', 'sd_attached'}}
+		self.assertTrue(needing)
+		self.assertFalse(needing & set(lines), 'a case needing what the kernel lacks is listed')
+		self.assertIn('vanilla/holder_close/mbr-primary', lines)
+
+	def test_a_skipped_case_names_what_it_needs(self):
+		lacks = {'CONFIG_FAILSLAB': "CONFIG_FAILSLAB=y (it has 'nothing')"}
+		scenario = next(s for s in plan.scenarios(TABLE, ['vanilla'], tree='6.1') if 'fault_held' in s.uses)
+		self.assertEqual(plan.lacked(scenario, lacks), ["CONFIG_FAILSLAB=y (it has 'nothing')"])
+		plain = next(s for s in plan.scenarios(TABLE, ['vanilla'], tree='6.1') if s.id == 'holder_close')
+		self.assertEqual(plan.lacked(plain, lacks), [])
+
+	def test_the_boot_args_are_on_the_command_line(self):
+		machine = guestvm.Machine('tcg', 'vanilla', pathlib.Path('bzImage'))
+		machine.boot_args = (bzimage.PREEMPT_FULL,)
+		args = machine.args(pathlib.Path('initrd'), pathlib.Path('console'), 'sock')
+		self.assertEqual(args[args.index('-append') + 1], f'{guestvm.CMDLINE} preempt=full')
+
 	def test_what_is_asked(self):
 		wanted = bzimage.wanted_lines('7.3')
 		self.assertEqual(wanted['CONFIG_MODULES'], 'CONFIG_MODULES=y')
@@ -1073,9 +1110,9 @@ class BzImage(unittest.TestCase):
 				 'CONFIG_BLK_DEV_NULL_BLK_FAULT_INJECTION=y')
 		self.assertNotIn('CONFIG_KERNEL_LZ4', wanted)
 		# "is not set" holds when the kernel has no such option.
-		self.assertEqual(bzimage.missing('', {'CONFIG_X': '# CONFIG_X is not set'}), [])
+		self.assertEqual(bzimage.missing('', {'CONFIG_X': '# CONFIG_X is not set'}), {})
 		self.assertEqual(bzimage.missing('CONFIG_X=m\n', {'CONFIG_X': 'CONFIG_X=y'}),
-				 ["CONFIG_X=y (it has 'CONFIG_X=m')"])
+				 {'CONFIG_X': "CONFIG_X=y (it has 'CONFIG_X=m')"})
 
 	def test_scenarios_it_cannot_run_are_skip_records(self):
 		fake = FakeBuild()

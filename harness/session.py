@@ -8,6 +8,7 @@ of its own for a kernel of the user's.  Nothing here is read at import.
 import dataclasses
 import os
 import pathlib
+from typing import Tuple
 
 import golden
 import plan
@@ -26,8 +27,12 @@ class Session:
 	tree: str
 	source: str			# what the kernels are built from, for headers
 	# A kernel of the user's (--bzimage): the modules built for another
-	# kernel (the vermagic cases) are not built for it.
+	# kernel (the vermagic cases) are not built for it; the options it
+	# lacks that some cases need (kernel-patches/config/case-needs), each
+	# with what it has instead; what its command line needs.
 	foreign: bool = False
+	lacks: Tuple[Tuple[str, str], ...] = ()
+	boot_args: Tuple[str, ...] = ()
 
 	@classmethod
 	def from_environment(cls) -> 'Session':
