@@ -83,6 +83,9 @@ ifneq ($(filter-out initramfs build-dir,$(MAKECMDGOALS)),)
 $(error BZIMAGE_OBJ: make initramfs or build-dir only (harness/run --bzimage runs the rest))
 endif
 BZIMAGE_RELEASE := $(shell cat $(BZIMAGE_OBJ)/include/config/kernel.release 2> /dev/null)
+# Its modules are built with the compiler it was built with: clang's
+# (harness/run --bzimage checks that it is here).
+BZIMAGE_CLANG := $(shell grep -x CONFIG_CC_IS_CLANG=y $(BZIMAGE_OBJ)/.config)
 override KERNEL := $(shell $(PARSE_PLAN) nearest-tree '$(BZIMAGE_RELEASE)')
 ifeq ($(KERNEL),)
 $(error BZIMAGE_OBJ=$(BZIMAGE_OBJ): release '$(BZIMAGE_RELEASE)' is no kernel of 6.1 or later)
@@ -157,6 +160,9 @@ fragments_of = $(call fragment_files,base $(subst $(comma), ,$(filter-out -,$(ca
 # ../src/kernel/module/main.c; map that back so that WARN and BUG lines
 # name kernel/module/main.c.
 KMAKE_FLAGS = CC="ccache gcc" HOSTCC="ccache gcc" KCFLAGS="-fmacro-prefix-map=../src/="
+# raceblk and the helper modules: with gcc, as the kernels here are built,
+# or with clang for a kernel of the user's built with it.
+MODULE_CC = $(if $(BZIMAGE_CLANG),LLVM=1 CC="ccache clang",CC="ccache gcc")
 KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/kernel/$*/src \
 	O=$(BUILD)/kernel/$*/obj $(KMAKE_FLAGS) -j$(JOBS)
 
@@ -367,7 +373,7 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(MODULE_SELFTEST) $(BUILD)/kern
 	@$(if $(KTAP_HELPERS_PATCH),$(call new_file,$(KTAP_HELPERS_PATCH),$(KTAP_HELPERS)) >,cp $(PRISTINE)/$(KTAP_HELPERS)) \
 		$(@D)/kselftest/kselftest/$(notdir $(KTAP_HELPERS))
 	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$*/obj \
-		CC="ccache gcc" W=1 RACEBLK_INSTANCES=$(call soak_instances,$*)
+		$(MODULE_CC) W=1 RACEBLK_INSTANCES=$(call soak_instances,$*)
 	@# docs/driver.md and the cases' check read the parameters from the
 	@# source: what they read must be what modinfo says.
 	@harness/plan.py check-parameters $@ || { rm -f $@; exit 1; }

@@ -21,6 +21,7 @@ as skipped.
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 from typing import Dict, List, Sequence, Tuple
 
@@ -119,6 +120,20 @@ def boot_args(config: str, gaps: Dict[str, str]) -> List[str]:
 	return []
 
 
+# What building modules with LLVM=1 runs, and the Debian package of each.
+LLVM_TOOLS = {'clang': 'clang', 'ld.lld': 'lld', 'llvm-ar': 'llvm', 'llvm-nm': 'llvm', 'llvm-objcopy': 'llvm'}
+
+
+def need_clang(image: pathlib.Path, config: str) -> None:
+	"""A kernel built with clang gets modules built with LLVM=1 (modules
+	built with gcc would fail on clang's flags): its tools must be here."""
+	lacking = sorted({package for tool, package in LLVM_TOOLS.items() if not shutil.which(tool)})
+	if lacking:
+		built = options(config).get('CONFIG_CC_VERSION_TEXT', 'CONFIG_CC_VERSION_TEXT="clang"').split('=', 1)[1]
+		raise Problem(f'--bzimage {image}: built with {built}: its modules are built with LLVM=1, '
+			      f'which needs {", ".join(lacking)} (apt-get install {" ".join(lacking)})')
+
+
 # A make of ours starts afresh: not a part of the make that may have
 # started harness/run (its flags, its KERNEL_SRC).
 MAKE_ENV = {k: v for k, v in os.environ.items()
@@ -154,6 +169,8 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Session:
 	if refused:
 		raise Problem(f'--bzimage {image}: {where} lacks what the guest needs (kernel-patches/config/'
 			      'base.config says why): ' + '; '.join(refused))
+	if options(config).get('CONFIG_CC_IS_CLANG') == 'CONFIG_CC_IS_CLANG=y':
+		need_clang(image, config)
 	absent = [name for name in in_tree_modules(list(lacks)) if not (obj / name).is_file()]
 	if absent:
 		raise Problem(f'--bzimage {image}: {obj} has no {absent[0]}: the cases load it (make modules)')

@@ -28,6 +28,7 @@ import tempfile
 import time
 import types
 import unittest
+import unittest.mock
 import xml.etree.ElementTree as ET
 from typing import List, Optional, Tuple
 
@@ -1096,6 +1097,15 @@ class BzImage(unittest.TestCase):
 		self.assertEqual(plan.lacked(scenario, lacks), ["CONFIG_FAILSLAB=y (it has 'nothing')"])
 		plain = next(s for s in plan.scenarios(TABLE, ['vanilla'], tree='6.1') if s.id == 'holder_close')
 		self.assertEqual(plan.lacked(plain, lacks), [])
+
+	def test_a_clang_kernel_wants_its_compiler_named(self):
+		config = 'CONFIG_CC_IS_CLANG=y\nCONFIG_CC_VERSION_TEXT="clang version 19.1.7"\n'
+		with unittest.mock.patch('shutil.which', return_value=None):
+			with self.assertRaisesRegex(bzimage.Problem, r'built with "clang version 19.1.7": its modules are built '
+						    r'with LLVM=1, which needs clang, lld, llvm \(apt-get install clang lld llvm\)$'):
+				bzimage.need_clang(pathlib.Path('bzImage'), config)
+		with unittest.mock.patch('shutil.which', return_value='/usr/bin/x'):
+			bzimage.need_clang(pathlib.Path('bzImage'), config)
 
 	def test_the_boot_args_are_on_the_command_line(self):
 		machine = guestvm.Machine('tcg', 'vanilla', pathlib.Path('bzImage'))
