@@ -1427,6 +1427,26 @@ class RaceDemo(unittest.TestCase):
 
 
 @unittest.skipUnless(shutil.which('gcc'), 'needs gcc')
+class ModctlDepends(unittest.TestCase):
+	"""modctl reads what a module depends on as modprobe would (its loads
+	run in guests only: never here)."""
+
+	def test_depends_reads_the_modinfo_string(self):
+		with tempfile.TemporaryDirectory() as tmp:
+			modctl = pathlib.Path(tmp) / 'modctl'
+			subprocess.run(['gcc', '-Wall', '-Werror', '-o', str(modctl), str(HARNESS / 'guest/modctl.c')], check=True)
+			for modinfo, deps in ((b'depends=scsi_mod,crc-t10dif', 'scsi_mod\ncrc-t10dif\n'), (b'depends=', ''),
+					      (b'license=GPL', ''), (b'xdepends=scsi_mod', '')):
+				ko = pathlib.Path(tmp) / 'x.ko'
+				ko.write_bytes(b'\x7fELF\0' + b'\0' * 70000 + modinfo + b'\0vermagic=6.1\0')
+				done = subprocess.run([str(modctl), 'depends', str(ko)], capture_output=True, text=True, timeout=10)
+				self.assertEqual((done.returncode, done.stdout), (0, deps), modinfo)
+			done = subprocess.run([str(modctl), 'depends', f'{tmp}/absent.ko'], capture_output=True, text=True, timeout=10)
+			self.assertEqual(done.returncode, 2)
+			self.assertIn('absent.ko: No such file', done.stderr)
+
+
+@unittest.skipUnless(shutil.which('gcc'), 'needs gcc')
 class Churner(unittest.TestCase):
 	"""harness/guest/blkhold's churner and uevent prober, on a regular file
 	standing in for the disk."""

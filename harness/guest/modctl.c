@@ -23,7 +23,16 @@
  *   modctl drain TTY                     tcdrain(): wait until what was
  *                                        written to TTY has left the UART
  *
+ *   modctl depends FILE                  the modules FILE depends on (its
+ *                                        .modinfo's depends=), one a line
+ *
  * Exit status: 0 when the call succeeded, 1 when it failed, 2 on bad usage.
+ *
+ * A load first loads what FILE depends on that is not loaded yet, from
+ * FILE's directory (NAME.ko, or with '-' for '_'), and theirs first, as
+ * modprobe does: a distribution's kernel has the SCSI midlayer as a
+ * module, which raceblk needs.  The one call reported is FILE's; a
+ * dependency that does not load is named on stderr, and reported instead.
  *
  * A load's environment may ask for the kernel's fault injection: with
  * MODCTL_FAIL_NTH=N the Nth fault-injection site the loading task reaches
@@ -62,7 +71,8 @@ static int usage(void)
 	fputs("usage: modctl load|force-load FILE [PARAM=VALUE ...]\n"
 	      "       modctl unload NAME [force] [wait]\n"
 	      "       modctl write FILE VALUE\n"
-	      "       modctl drain TTY\n", stderr);
+	      "       modctl drain TTY\n"
+	      "       modctl depends FILE\n", stderr);
 	return 2;
 }
 
@@ -154,6 +164,111 @@ static bool fault_fired(int fd)
 	return false;
 }
 
+/*
+ * The value of FILE's .modinfo string "depends=" (NUL-terminated strings
+ * in the ELF file: found by their text, as modinfo -F would), or NULL.
+ */
+static char *depends_of(const char *file)
+{
+	static const char key[] = "\0depends=";
+	char *data = NULL, *found, *value = NULL;
+	size_t size = 0, got;
+	FILE *f = fopen(file, "re");
+
+	if (!f)
+		return NULL;
+	while (!feof(f)) {
+		char *more = realloc(data, size + 65536);
+
+		if (!more)
+			break;
+		data = more;
+		got = fread(data + size, 1, 65536, f);
+		size += got;
+		if (!got)
+			break;
+	}
+	fclose(f);
+	found = data ? memmem(data, size, key, sizeof(key) - 1) : NULL;
+	if (found && memchr(found + 1, 0, data + size - found - 1))
+		value = strdup(found + sizeof(key) - 1);
+	free(data);
+	return value;
+}
+
+/* sysfs names a module with '_' where its file may have '-'. */
+static bool loaded(const char *name)
+{
+	char path[256], *c;
+
+	snprintf(path, sizeof(path), "/sys/module/%s", name);
+	for (c = path; *c; c++)
+		if (*c == '-')
+			*c = '_';
+	return access(path, F_OK) == 0;
+}
+
+static int load_file(const char *file, const char *params, int flags);
+
+/* Load what FILE depends on, theirs first; 0, or the failed call's -errno. */
+static int load_dependencies(const char *file, int depth)
+{
+	char *deps = depends_of(file), *name, *save = NULL;
+	char dir[4096], path[4096 + 256];
+	const char *slash = strrchr(file, '/');
+	int ret = 0;
+
+	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
+	for (name = deps ? strtok_r(deps, ",", &save) : NULL; name && !ret; name = strtok_r(NULL, ",", &save)) {
+		char *c;
+
+		if (loaded(name))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s.ko", dir, name);
+		for (c = path + strlen(dir); access(path, F_OK) && *c; c++)
+			if (*c == '_')
+				*c = '-';
+		ret = depth > 8 ? -ELOOP : load_dependencies(path, depth + 1);
+		if (ret)
+			break;
+		ret = load_file(path, "", 0);
+		if (ret == -EEXIST)	/* loaded meanwhile */
+			ret = 0;
+		if (ret)
+			fprintf(stderr, "modctl: %s needs %s: %s\n", file, path, strerror(-ret));
+	}
+	free(deps);
+	return ret;
+}
+
+static int load_file(const char *file, const char *params, int flags)
+{
+	int fd = open(file, O_RDONLY | O_CLOEXEC), ret;
+
+	if (fd < 0)
+		return -errno;
+	ret = syscall(SYS_finit_module, fd, params, flags) ? -errno : 0;
+	close(fd);
+	return ret;
+}
+
+static int depends(int argc, char **argv)
+{
+	char *deps, *name, *save = NULL;
+
+	if (argc != 1)
+		return usage();
+	if (access(argv[0], R_OK)) {
+		fprintf(stderr, "modctl: %s: %s\n", argv[0], strerror(errno));
+		return 2;
+	}
+	deps = depends_of(argv[0]);
+	for (name = deps ? strtok_r(deps, ",", &save) : NULL; name; name = strtok_r(NULL, ",", &save))
+		puts(name);
+	free(deps);
+	return 0;
+}
+
 static int load(int argc, char **argv, int flags)
 {
 	int fd, armed, ret, err;
@@ -162,6 +277,11 @@ static int load(int argc, char **argv, int flags)
 
 	if (argc < 1)
 		return usage();
+	ret = load_dependencies(argv[0], 0);
+	if (ret) {
+		errno = -ret;
+		return report(-1);
+	}
 	fd = open(argv[0], O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
 		fprintf(stderr, "modctl: %s: %s\n", argv[0], strerror(errno));
@@ -252,5 +372,7 @@ int main(int argc, char **argv)
 		return write_file(argc - 2, argv + 2);
 	if (!strcmp(argv[1], "drain"))
 		return drain(argc - 2, argv + 2);
+	if (!strcmp(argv[1], "depends"))
+		return depends(argc - 2, argv + 2);
 	return usage();
 }
