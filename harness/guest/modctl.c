@@ -28,11 +28,13 @@
  *
  * Exit status: 0 when the call succeeded, 1 when it failed, 2 on bad usage.
  *
- * A load first loads what FILE depends on that is not loaded yet, from
- * FILE's directory (NAME.ko, or with '-' for '_'), and theirs first, as
- * modprobe does: a distribution's kernel has the SCSI midlayer as a
- * module, which raceblk needs.  The one call reported is FILE's; a
- * dependency that does not load is named on stderr, and reported instead.
+ * A load first loads what FILE depends on that is not loaded yet and is
+ * one of the kernel's own modules in DEPENDENCIES (NAME.ko, or with '-'
+ * for '_'), theirs first, as modprobe does: a distribution's kernel has
+ * the SCSI midlayer as a module, which raceblk needs.  Nothing else is
+ * loaded for it (raceblk_user's raceblk is the cases' to load, or not).
+ * The one call reported is FILE's; a dependency that does not load is
+ * named on stderr, and reported instead.
  *
  * A load's environment may ask for the kernel's fault injection: with
  * MODCTL_FAIL_NTH=N the Nth fault-injection site the loading task reaches
@@ -210,24 +212,27 @@ static bool loaded(const char *name)
 
 static int load_file(const char *file, const char *params, int flags);
 
+/* The kernel's own modules a load may need (a distribution kernel's). */
+#define DEPENDENCIES "/lib/modules/kernel"
+
 /* Load what FILE depends on, theirs first; 0, or the failed call's -errno. */
 static int load_dependencies(const char *file, int depth)
 {
 	char *deps = depends_of(file), *name, *save = NULL;
-	char dir[4096], path[4096 + 256];
-	const char *slash = strrchr(file, '/');
+	char path[256];
 	int ret = 0;
 
-	snprintf(dir, sizeof(dir), "%.*s", slash ? (int)(slash - file) : 1, slash ? file : ".");
 	for (name = deps ? strtok_r(deps, ",", &save) : NULL; name && !ret; name = strtok_r(NULL, ",", &save)) {
 		char *c;
 
 		if (loaded(name))
 			continue;
-		snprintf(path, sizeof(path), "%s/%s.ko", dir, name);
-		for (c = path + strlen(dir); access(path, F_OK) && *c; c++)
+		snprintf(path, sizeof(path), "%s/%s.ko", DEPENDENCIES, name);
+		for (c = path + strlen(DEPENDENCIES); access(path, F_OK) && *c; c++)
 			if (*c == '_')
 				*c = '-';
+		if (access(path, F_OK))
+			continue;	/* not the kernel's: finit_module() says */
 		ret = depth > 8 ? -ELOOP : load_dependencies(path, depth + 1);
 		if (ret)
 			break;
