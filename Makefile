@@ -127,6 +127,11 @@ variant_fact = $(or $(word $(2),$(subst :, ,$(filter $(1):%,$(call facts,variant
 	$(error variant $(1): not one make was told of (VARIANTS=$(1))))
 # BZIMAGE_OBJ: the variant's kernel is the user's (its rule, below); the
 # one variant it is judged as is harness/run --as's.
+ifneq ($(BZIMAGE_OBJ),)
+ifneq ($(words $(VARIANTS)),1)
+$(error BZIMAGE_OBJ: one variant in VARIANTS, the one the kernel is judged as (harness/run --bzimage --as))
+endif
+endif
 # Good images come from a parted spec, hostile ones from a good one plus a
 # byte patch (good ones first).
 IMAGES := $(call facts,image)

@@ -1090,6 +1090,13 @@ class BzImage(unittest.TestCase):
 		self.assertTrue(needing)
 		self.assertFalse(needing & set(lines), 'a case needing what the kernel lacks is listed')
 		self.assertIn('vanilla/holder_close/mbr-primary', lines)
+		# raceblk itself needs the SCSI midlayer built in: refused.
+		(obj / '.config').write_text('\n'.join(config + ['CONFIG_PREEMPT_DYNAMIC=y', 'CONFIG_BLK_DEV_SD=m', 'CONFIG_SCSI=m'])
+					     .replace('CONFIG_SCSI=y\n', '') + '\n')
+		done = fake.run('pass', '--bzimage', str(obj / 'arch/x86/boot/bzImage'), '--list')
+		self.assertEqual(done.returncode, 2, done.stdout)
+		self.assertIn("lacks what the guest needs (kernel-patches/config/base.config says why): CONFIG_SCSI=y (it has 'CONFIG_SCSI=m')",
+			      done.stderr)
 
 	def test_a_skipped_case_names_what_it_needs(self):
 		lacks = {'CONFIG_FAILSLAB': "CONFIG_FAILSLAB=y (it has 'nothing')"}
