@@ -1354,10 +1354,20 @@ class GuestSteps(unittest.TestCase):
 			log.write_text('\n'.join(klog) + '\n')
 			script = (f'GUEST_LIB={HARNESS}/guest; . {HARNESS}/guest/soakreport.sh\n'
 				  f'soak_titles > {tmp}/titles\n'
-				  f'soak_unknown_reports {tmp}/titles < {log}\n')
+				  f'soak_unknown_reports {tmp}/titles {tmp}/pending < {log}; echo --\n'
+				  # A known report cut by a drain: decided with the rest.
+				  f'head -n 5 {log} > {tmp}/first; tail -n +6 {log} > {tmp}/rest\n'
+				  f'soak_unknown_reports {tmp}/titles {tmp}/pending < {tmp}/first; echo --\n'
+				  f'cat {tmp}/pending {tmp}/rest | soak_unknown_reports {tmp}/titles {tmp}/pending; echo --\n'
+				  # The final call decides: no closing line, no known report.
+				  f'head -n 5 {log} | soak_unknown_reports {tmp}/titles {tmp}/pending final\n')
 			done = subprocess.run(['busybox', 'sh', '-c', script], capture_output=True, text=True, timeout=30)
 		self.assertEqual((done.returncode, done.stderr), (0, ''))
-		self.assertEqual(done.stdout.splitlines(), [klog[1], klog[7], klog[9]])
+		whole, first, rest, final = [out.splitlines() for out in done.stdout.split('--\n')]
+		self.assertEqual(whole, [klog[1], klog[7], klog[9]])
+		self.assertEqual(first, [klog[1]])		# the known title waits
+		self.assertEqual(rest, [klog[7], klog[9]])
+		self.assertEqual(final, [klog[1], klog[3]])
 		messages = [line.split('] ', 1)[1] for line in klog]
 		self.assertEqual(list(verdict.known_report_titles(messages)), [3])
 

@@ -380,7 +380,7 @@ soak_run() {
 			soak_stage "reclaiming $inst"
 			soak_reclaim "$inst" || problem="$problem reclaim"
 		done
-		soak_reports || true
+		soak_reports final || true
 		soak_stage "kmemleak scans"
 		leaks=$(soak_kmemleak)
 	fi

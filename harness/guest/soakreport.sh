@@ -1,17 +1,20 @@
 # make soak's checks after each cycle and at its end: kernel reports and
 # leaks.
 
-# soak_reports: append to /tmp/soak.reports the report lines logged since
-# the last call (the log is drained: 1000 cycles would wrap it), and
-# kmemleak's; succeeds when there was one (fails when there was none).  A
-# report line is one whose message starts with a crash title (crash-titles:
-# the host's list), unless it is a known report (known-reports: the host's
-# list too).
+# soak_reports [final]: append to /tmp/soak.reports the report lines
+# logged since the last call (the log is drained: 1000 cycles would wrap
+# it), and kmemleak's; succeeds when there was one (fails when there was
+# none).  A report line is one whose message starts with a crash title
+# (crash-titles: the host's list), unless it is a known report
+# (known-reports: the host's list too).  A known report's title whose
+# trace is not all logged yet waits for the next call (/tmp/soak.pending),
+# but for the final one.
 soak_reports() {
-	dmesg -c > /tmp/soak.klog
+	touch /tmp/soak.pending
+	{ cat /tmp/soak.pending; dmesg -c; } > /tmp/soak.klog
 	[ "${SOAK_UNWIND:-}" = "" ] || soak_unwind_time >> /tmp/soak.unwind
 	[ -s /tmp/soak.titles ] || soak_titles > /tmp/soak.titles
-	soak_unknown_reports /tmp/soak.titles < /tmp/soak.klog > /tmp/soak.new
+	soak_unknown_reports /tmp/soak.titles /tmp/soak.pending "${1:-}" < /tmp/soak.klog > /tmp/soak.new
 	cat /tmp/soak.new >> /tmp/soak.reports
 	[ -s /tmp/soak.new ]
 }
@@ -23,12 +26,15 @@ soak_titles() {
 	echo '^\[[ 0-9.]*\] kmemleak:.*new suspected'
 }
 
-# soak_unknown_reports TITLES: the lines of stdin (a dmesg) that match one
-# of the extended regexes in the file TITLES, but for a known report's
-# title: one of known-reports whose function the report's trace names
-# before its closing line of "=" (as the host's verdict.py reads them).
+# soak_unknown_reports TITLES PENDING [final]: the lines of stdin (a dmesg)
+# that match one of the extended regexes in the file TITLES, but for a
+# known report's title: one of known-reports whose function the report's
+# trace names before its closing line of "=" (as the host's verdict.py
+# reads them).  A known report's title whose closing line is not there yet
+# goes to the file PENDING, with all after it, unless final.
 soak_unknown_reports() {
-	awk -v titles="$1" -v known="${GUEST_LIB:-/lib/raceblk}/known-reports" '
+	awk -v titles="$1" -v pending="$2" -v final="$3" -v known="${GUEST_LIB:-/lib/raceblk}/known-reports" '
+		# 1: known; 0: not; 2: a known title whose trace goes on.
 		function is_known(i, message,   k, m) {
 			for (k = 1; k <= nk; k++) {
 				if (index(message, kt[k]) != 1)
@@ -36,6 +42,8 @@ soak_unknown_reports() {
 				for (m = i + 1; m <= n && line[m] !~ /\] =+$/; m++)
 					if (index(line[m], kf[k]))
 						return 1
+				if (m > n && final == "")
+					return 2
 			}
 			return 0
 		}
@@ -53,12 +61,19 @@ soak_unknown_reports() {
 		}
 		{ line[++n] = $0 }
 		END {
+			printf "" > pending
 			for (i = 1; i <= n; i++)
 				for (j = 1; j <= np; j++)
 					if (line[i] ~ pat[j]) {
 						message = line[i]
 						sub(/^\[[ 0-9.]*\] /, "", message)
-						if (!is_known(i, message))
+						seen = is_known(i, message)
+						if (seen == 2) {
+							for (; i <= n; i++)
+								print line[i] > pending
+							break
+						}
+						if (!seen)
 							print line[i]
 						break
 					}
