@@ -252,13 +252,18 @@ def pairs(text: str) -> Dict[str, str]:
 	return dict(pair.split('=', 1) for pair in text.split())
 
 
+def expects_lines(comment: List[str]) -> Dict[Optional[str], str]:
+	"""An action comment's "expects" lines, by series (None: every one)."""
+	return dict(m.groups() for m in map(EXPECTS_RE.match, comment) if m)
+
+
 @functools.lru_cache(maxsize=None)
 def action_contracts(top: pathlib.Path = TOP) -> Dict[str, Contract]:
 	"""Each guest action's contract: the "expects" lines of the comment
 	above its act_NAME."""
 	said: Dict[str, Dict[Optional[str], str]] = {}
 	for _, name, comment in action_comments(top):
-		lines = dict(m.groups() for m in map(EXPECTS_RE.match, comment) if m)
+		lines = expects_lines(comment)
 		if lines:
 			said[name] = lines
 	contracts = {}
@@ -281,7 +286,7 @@ def action_docs(top: pathlib.Path = TOP) -> str:
 	found: Dict[pathlib.Path, List[str]] = {}
 	for path, name, comment in action_comments(top):
 		text = ' '.join(c for c in comment if not EXPECTS_RE.match(c))
-		said = dict(m.groups() for m in map(EXPECTS_RE.match, comment) if m)
+		said = expects_lines(comment)
 		if said:
 			on = ''.join(f' (on {s}: `{v}`)' for s, v in said.items() if s)
 			text += f' Every case expects `{said.get(None, "")}`{on} unless it says otherwise.'

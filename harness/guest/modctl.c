@@ -218,10 +218,14 @@ static int load_file(const char *file, const char *params, int flags);
 /* Load what FILE depends on, theirs first; 0, or the failed call's -errno. */
 static int load_dependencies(const char *file, int depth)
 {
-	char *deps = depends_of(file), *name, *save = NULL;
+	char *deps, *name, *save = NULL;
 	char path[256];
 	int ret = 0;
 
+	/* The project's own kernels have none: no read of FILE per load. */
+	if (access(DEPENDENCIES, F_OK))
+		return 0;
+	deps = depends_of(file);
 	for (name = deps ? strtok_r(deps, ",", &save) : NULL; name && !ret; name = strtok_r(NULL, ",", &save)) {
 		char *c;
 
