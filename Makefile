@@ -90,9 +90,20 @@ override KERNEL := $(shell $(PARSE_PLAN) nearest-tree '$(BZIMAGE_RELEASE)')
 ifeq ($(KERNEL),)
 $(error BZIMAGE_OBJ=$(BZIMAGE_OBJ): release '$(BZIMAGE_RELEASE)' is no kernel of 6.1 or later)
 endif
-# One directory per object tree, whatever its release says this time.
-BUILD := $(TOP)/build/bzimage-$(shell echo '$(BZIMAGE_OBJ)' | sha256sum | cut -c1-8)
+# One directory per object tree, whatever its release says this time
+# (BZIMAGE_BUILD=DIR: another, as a distribution's kernel has).
+BUILD := $(or $(BZIMAGE_BUILD),$(TOP)/build/bzimage-$(shell echo '$(BZIMAGE_OBJ)' | sha256sum | cut -c1-8))
 export RACEBLK_SOURCE := $(BZIMAGE_OBJ) ($(BZIMAGE_RELEASE), judged as $(VARIANTS)) with kernel-patches/$(KERNEL)/
+else ifneq ($(filter debian-%,$(KERNEL)),)
+# KERNEL=debian-TREE: make test and race-demo run Debian's own kernel of
+# TREE (harness/distro.py), fetched into build/debian-TREE/; what make
+# builds here is this project's own of TREE, as KERNEL=TREE would.
+DEBIAN := $(patsubst debian-%,%,$(KERNEL))
+override KERNEL := $(DEBIAN)
+ifeq ($(NO_PYTHON)$(wildcard kernel-patches/$(KERNEL)/binary),)
+$(error KERNEL=debian-$(DEBIAN): no kernel-patches/$(DEBIAN)/binary names Debian's kernel of it)
+endif
+BUILD := $(TOP)/build/$(KERNEL)
 else
 ifeq ($(NO_PYTHON)$(filter $(KERNEL),$(TREES)),)
 $(error KERNEL=$(KERNEL): no kernel-patches/$(KERNEL)/series.vanilla (trees: $(TREES)))
@@ -369,23 +380,36 @@ KTAP_HELPERS_PATCH := $(wildcard $(TREE)/module/*-selftests-kselftest-add-ktap_h
 new_file = awk -v f='+++ b/$(2)' '$$0 == f { on = 1; next } on && /^@@/ { next } \
 	on && /^\+/ { print substr($$0, 2); next } on { exit }' $(1)
 
-$(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(MODULE_SELFTEST) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage
+# The tree's ktap_helpers.sh: the pristine tree's, or for a kernel not
+# built here (no tree extracted) the one file, from the tree's tarball.
+ifeq ($(BZIMAGE_OBJ),)
+KTAP_HELPERS_FILE := $(PRISTINE)/$(KTAP_HELPERS)
+else
+KTAP_HELPERS_FILE := $(BUILD)/tools/$(notdir $(KTAP_HELPERS))
+$(KTAP_HELPERS_FILE):
+	@[ -f $(KERNEL_TARBALL) ] || { echo "make: $@ comes from $(KERNEL_TARBALL): make deps KERNEL=$(KERNEL) fetches it" >&2; exit 1; }
+	@mkdir -p $(@D)
+	@tar -xJf $(KERNEL_TARBALL) -O --wildcards '*/$(KTAP_HELPERS)' > $@.tmp && mv $@.tmp $@
+endif
+
+$(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(MODULE_SELFTEST) $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage \
+		$(if $(BZIMAGE_OBJ),$(if $(KTAP_HELPERS_PATCH),,$(KTAP_HELPERS_FILE)))
 	@mkdir -p $(@D)/kselftest/module $(@D)/kselftest/kselftest
-	@rm -f $(@D)/*.[ch] $(@D)/*.o $(@D)/*.ko
+	@rm -rf $(@D)/*.[ch] $(@D)/*.o $(@D)/*.ko $(@D)/kernel
 	@cp $(DRIVER_SOURCES) $(@D)/
 	@$(call new_file,$(MODULE_SELFTEST),$(SELFTEST_MODULE)) > $(@D)/$(notdir $(SELFTEST_MODULE))
 	@$(call new_file,$(MODULE_SELFTEST),$(SELFTEST_SCRIPT)) > $(@D)/kselftest/module/$(notdir $(SELFTEST_SCRIPT))
-	@$(if $(KTAP_HELPERS_PATCH),$(call new_file,$(KTAP_HELPERS_PATCH),$(KTAP_HELPERS)) >,cp $(PRISTINE)/$(KTAP_HELPERS)) \
+	@$(if $(KTAP_HELPERS_PATCH),$(call new_file,$(KTAP_HELPERS_PATCH),$(KTAP_HELPERS)) >,cp $(KTAP_HELPERS_FILE)) \
 		$(@D)/kselftest/kselftest/$(notdir $(KTAP_HELPERS))
 	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$*/obj \
 		$(MODULE_CC) W=1 RACEBLK_INSTANCES=$(call soak_instances,$*)
 	@# docs/driver.md and the cases' check read the parameters from the
 	@# source: what they read must be what modinfo says.
 	@harness/plan.py check-parameters $@ || { rm -f $@; exit 1; }
-	@# In-tree modules the guest loads too, beside ours (sd_mod: -sdmod only).
-	@for m in $(addprefix $(BUILD)/kernel/$*/obj/,$(INTREE_MODULES)); do \
-		[ ! -f "$$m" ] || cp "$$m" $(@D)/; \
-	done
+	@# In-tree modules the guest loads too, beside ours (sd_mod: -sdmod
+	@# only), and for a kernel not built here what they depend on.
+	@harness/kernelmods.py $(if $(BZIMAGE_OBJ),--dependencies) $(@D) \
+		$(or $(BZIMAGE_MODULES),$(BUILD)/kernel/$*/obj) $(INTREE_MODULES)
 
 # --- modules built for another kernel (the vermagic and modversions rows) --
 # build/KERNEL/driver/V/foreign/NAME.ko, /lib/modules/foreign/ in V's initramfs:
@@ -531,6 +555,9 @@ $(BUILD)/initramfs/images/%.cpio.gz: $(BUILD)/images/%.img images/%.expected \
 
 # --- entry points ------------------------------------------------------------
 test: deps
+ifneq ($(DEBIAN),)
+	@harness/run -j $(JOBS) --debian $(DEBIAN) $(OWN_IMAGE_ARGS)
+else
 	@$(MAKE) --no-print-directory initramfs images-check
 	@# Built means up to date: a kernel restored from the cache once
 	@# looked stale again, and every make restored it and rebuilt all
@@ -538,11 +565,15 @@ test: deps
 	@$(MAKE) --no-print-directory -q initramfs || \
 		{ echo "build: make initramfs still has work right after it ran (make -d -q initramfs says what)" >&2; exit 1; }
 	@VARIANTS="$(VARIANTS)" harness/run -j $(JOBS) $(OWN_IMAGE_ARGS) $(OWN_MODULE_ARGS)
+endif
 
+# KERNEL=debian-TREE: harness/run --debian builds what it needs (Debian's
+# kernel's raceblk, this project's fixed of TREE).
 race-demo: deps
-	@$(MAKE) --no-print-directory initramfs \
-		VARIANTS="$(if $(DESIGNS),$(DESIGN_COLUMNS),$(DEFAULT_VARIANTS))"
-	@harness/race-demo $(if $(DESIGNS),--designs) $(if $(BACKEND),--backend $(BACKEND)) $(OWN_IMAGE_ARGS)
+	@$(if $(DEBIAN),,$(MAKE) --no-print-directory initramfs \
+		VARIANTS="$(if $(DESIGNS),$(DESIGN_COLUMNS),$(DEFAULT_VARIANTS))")
+	@harness/race-demo $(if $(DEBIAN),--debian $(DEBIAN)) $(if $(DESIGNS),--designs) \
+		$(if $(BACKEND),--backend $(BACKEND)) $(OWN_IMAGE_ARGS)
 
 # Every prefix of the series builds and is checkpatch --strict clean; the
 # series also builds with CONFIG_MODULE_UNLOAD=n and CONFIG_MODULES=n.

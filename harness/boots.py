@@ -61,7 +61,7 @@ class Guests:
 		disk = self.session.disk_of(scenario.image) if scenario and 'disk' in plan.machine_traits(kind) else None
 		machine = guestvm.Machine(accel or self.accel, variant, self.session.kernel_of(variant), kind, disk,
 					  vcpus=self.opts.vcpus)
-		machine.boot_args = self.session.boot_args
+		machine.boot_args = self.session.boot_args_of(variant)
 		if scenario is not None:
 			machine.interactive, machine.gdb_port = self.opts.shell, self.opts.gdb
 		return machine

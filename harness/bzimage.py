@@ -23,8 +23,9 @@ import pathlib
 import re
 import shutil
 import subprocess
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+import kernelmods
 import plan
 from session import Session
 
@@ -47,7 +48,9 @@ class Problem(Exception):
 def object_tree(image: pathlib.Path) -> pathlib.Path:
 	"""The build IMAGE came out of: OBJ of OBJ/arch/x86/boot/bzImage, with
 	its .config, Module.symvers and release."""
-	for folder in image.resolve().parents:
+	# Around the link given (a distribution's image linked into its
+	# headers), or around what it links to.
+	for folder in (*image.absolute().parents, *image.resolve().parents):
 		if all((folder / name).is_file() for name in ('.config', 'Module.symvers',
 							      'include/config/kernel.release')):
 			if (folder / 'arch/x86/boot/bzImage').resolve() != image.resolve():
@@ -96,13 +99,24 @@ def wanted_lines(tree: str) -> Dict[str, str]:
 	return wanted
 
 
+def modular() -> Set[str]:
+	"""The options wanted built in that a module is as good for
+	(kernel-patches/config/bzimage-modular)."""
+	return set(re.findall(r'^(CONFIG_[A-Z0-9_]+)', (CONFIG / 'bzimage-modular').read_text(), re.M))
+
+
 def missing(config: str, wanted: Dict[str, str]) -> Dict[str, str]:
 	"""The wanted lines CONFIG does not have, by option: the line, and what
 	it has instead.  An option it does not know is not set (as
 	kernel-patches/config/check)."""
 	have = options(config)
+	as_module = modular()
+
+	def has(name: str, line: str) -> bool:
+		return (have.get(name) == line or (line.startswith('# ') and name not in have) or
+			(name in as_module and line == f'{name}=y' and have.get(name) == f'{name}=m'))
 	return {name: f'{line} (it has {have.get(name, "nothing")!r})' for name, line in sorted(wanted.items())
-		if not (have.get(name) == line or (line.startswith('# ') and name not in have))}
+		if not has(name, line)}
 
 
 # A kernel built with CONFIG_PREEMPT_DYNAMIC (as distributions build
@@ -140,26 +154,39 @@ MAKE_ENV = {k: v for k, v in os.environ.items()
 	    if k not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL', 'KERNEL_SRC', 'KERNEL', 'RACEBLK_BUILD')}
 
 
-def build_dir(obj: pathlib.Path, variant: str) -> pathlib.Path:
-	"""The Makefile's build directory for OBJ (it computes it)."""
-	done = subprocess.run(['make', '--no-print-directory', '-s', '-C', str(TOP), 'build-dir',
-			       f'BZIMAGE_OBJ={obj}', f'VARIANTS={variant}'],
+def make_args(obj: pathlib.Path, variant: str, modules: Optional[pathlib.Path],
+	      build_at: Optional[pathlib.Path]) -> List[str]:
+	"""make's variables for a kernel built with OBJ (its modules in
+	MODULES when not in OBJ: a distribution's), its builds in BUILD_AT
+	when not the Makefile's choice."""
+	return ([f'BZIMAGE_OBJ={obj}', f'VARIANTS={variant}'] + ([f'BZIMAGE_MODULES={modules}'] if modules else []) +
+		([f'BZIMAGE_BUILD={build_at}'] if build_at else []))
+
+
+def build_dir(args: List[str]) -> pathlib.Path:
+	"""The Makefile's build directory for a kernel of make ARGS (it computes it)."""
+	done = subprocess.run(['make', '--no-print-directory', '-s', '-C', str(TOP), 'build-dir', *args],
 			      capture_output=True, text=True, check=False, env=MAKE_ENV)
 	if done.returncode != 0:
 		raise Problem(f'--bzimage: {done.stderr.strip()}')
 	return pathlib.Path(done.stdout.strip())
 
 
-def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Session:
+def prepare(image: pathlib.Path, variant: str, build: bool = True, modules: Optional[pathlib.Path] = None,
+	    named: Optional[str] = None, build_at: Optional[pathlib.Path] = None) -> Session:
 	"""Check IMAGE and, with BUILD, build what its guests boot; the
-	session of the run that boots them."""
+	session of the run that boots them.  A distribution's kernel has its
+	modules in MODULES, not in its object tree (the headers), is NAMED
+	so, and built for in BUILD_AT."""
+	named = named or f'--bzimage {image}'
 	if not image.is_file():
-		raise Problem(f'--bzimage {image}: not a file')
+		raise Problem(f'{named}: not a file')
 	obj = object_tree(image)
+	modules = modules or obj
 	release = (obj / 'include/config/kernel.release').read_text().strip()
 	tree = plan.nearest_tree(release)
 	if tree is None:
-		raise Problem(f'--bzimage {image}: release {release}: older than every known tree ({", ".join(plan.trees())})')
+		raise Problem(f'{named}: release {release}: older than every known tree ({", ".join(plan.trees())})')
 	config, where = kernel_config(image, obj)
 	gaps = missing(config, wanted_lines(tree))
 	args = boot_args(config, gaps)
@@ -167,21 +194,22 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True) -> Session:
 	lacks = {name: text for name, text in gaps.items() if name in plan.case_needs()}
 	refused = [text for name, text in gaps.items() if name not in lacks]
 	if refused:
-		raise Problem(f'--bzimage {image}: {where} lacks what the guest needs (kernel-patches/config/'
+		raise Problem(f'{named}: {where} lacks what the guest needs (kernel-patches/config/'
 			      'base.config says why): ' + '; '.join(refused))
 	if options(config).get('CONFIG_CC_IS_CLANG') == 'CONFIG_CC_IS_CLANG=y':
 		need_clang(image, config)
-	absent = [name for name in in_tree_modules(list(lacks)) if not (obj / name).is_file()]
+	absent = [name for name in in_tree_modules(list(lacks)) if not kernelmods.found(modules, name)]
 	if absent:
-		raise Problem(f'--bzimage {image}: {obj} has no {absent[0]}: the cases load it (make modules)')
-	print(f'harness: --bzimage {image}: {release}, configuration from {where}: has what the guest needs; '
+		raise Problem(f'{named}: {modules} has no {absent[0]}: the cases load it (make modules)')
+	print(f'harness: {named}: {release}, configuration from {where}: has what the guest needs; '
 	      f'judged as {variant} of {tree}' + ''.join(f'; boots with {a}' for a in args), flush=True)
 	if lacks:
-		print(f'harness: --bzimage: it lacks what some cases need (kernel-patches/config/case-needs): '
+		print(f'harness: it lacks what some cases need (kernel-patches/config/case-needs): '
 		      f'{", ".join(lacks)}: those are skipped, each naming what it needs', flush=True)
-	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), 'initramfs',
-			       f'BZIMAGE_OBJ={obj}', f'VARIANTS={variant}'], check=False, env=MAKE_ENV) if build else None
+	make_vars = make_args(obj, variant, None if modules == obj else modules, build_at)
+	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), 'initramfs', *make_vars],
+			      check=False, env=MAKE_ENV) if build else None
 	if make and make.returncode != 0:
-		raise Problem(f'--bzimage: building raceblk and the archives against {obj} failed (above)')
-	return Session(build_dir(obj, variant), tree, f'{image} ({release})', foreign=True,
+		raise Problem(f'{named}: building raceblk and the archives against {obj} failed (above)')
+	return Session(build_dir(make_vars), tree, f'{image} ({release})', foreign=(variant,),
 		       lacks=tuple(lacks.items()), boot_args=tuple(args))

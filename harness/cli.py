@@ -8,6 +8,7 @@ import pathlib
 import re
 from typing import List, Tuple
 
+import distro
 import guestvm
 import ownmod
 import plan
@@ -16,7 +17,7 @@ from own import own_image_name
 USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list|--dry-run] [--matrix N] [--filter GLOBS] '
 	 '[--shard I/N] [--timeout SECONDS] [--cases FILE] [--repeat N] [--image PATH [--expected FILE]] '
 	 '[--shell] [--gdb [PORT]] [--module FILE --module-disk NAME --module-fail PARAMS '
-	 '[--module-params PARAMS]] [--bzimage FILE [--as VARIANT]]')
+	 '[--module-params PARAMS]] [--bzimage FILE [--as VARIANT] | --debian TREE]')
 # --shell and --gdb: the guest waits for a person, not for a deadline.
 INTERACTIVE_TIMEOUT_S = 24 * 3600
 
@@ -89,7 +90,12 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 			'raceblk built against OBJ')
 	bz.add_argument('--as', dest='as_variant', default='vanilla', metavar='VARIANT',
 			help='what --bzimage is judged as (default vanilla)')
+	bz.add_argument('--debian', metavar='TREE', choices=distro.trees(),
+			help='run the cases on Debian\'s own kernel of TREE (fetched, never installed), '
+			'judged as vanilla; the other variants of VARIANTS are this project\'s kernels of TREE')
 	opts = parser.parse_args(argv)
+	if opts.debian and opts.bzimage:
+		parser.error('--debian or --bzimage: one kernel not built here')
 	if opts.expected and not opts.image:
 		parser.error('--expected goes with --image')
 	opts.own_module = None
@@ -117,6 +123,8 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	opts.variants = os.environ.get('VARIANTS', '').split() or plan.test_variants()
 	if opts.bzimage:
 		opts.variants = [opts.as_variant]
+	elif opts.debian and not os.environ.get('VARIANTS', '').split():
+		opts.variants = [distro.JUDGED_AS]
 	opts.own_name = own_image_name(opts.image) if opts.image else None
 	return opts
 

@@ -47,6 +47,7 @@ from typing import Dict, List, Tuple
 import boots
 import byhand
 import bzimage
+import distro
 import guestvm
 import plan
 import reports
@@ -85,10 +86,10 @@ def compile_plan(opts: argparse.Namespace, session: Session) -> List[Scenario]:
 	# kernel, and maybe not every option a case needs.
 	opts.not_run = {}
 	for scenario in chosen:
-		needs = plan.lacked(scenario, dict(session.lacks))
+		needs = plan.lacked(scenario, session.lacks_of(scenario.variant))
 		if needs:
 			opts.not_run[scenario] = f'it needs what the kernel lacks: {"; ".join(needs)}'
-		elif session.foreign and scenario.uses & set(plan.FOREIGN_ACTIONS):
+		elif scenario.variant in session.foreign and scenario.uses & set(plan.FOREIGN_ACTIONS):
 			opts.not_run[scenario] = FOREIGN_REASON
 	chosen = [s for s in chosen if s not in opts.not_run]
 	if opts.own_module and any(s.image != plan.DEFAULT_IMAGE for s in chosen):
@@ -283,6 +284,12 @@ def main(argv: List[str]) -> int:
 			session = bzimage.prepare(opts.bzimage, opts.as_variant,
 						  build=not (opts.list or opts.matrix or opts.dry_run))
 		except bzimage.Problem as problem:
+			raise Refusal(str(problem))
+	elif opts.debian:
+		try:
+			session = distro.prepare(opts.debian, opts.variants,
+						 build=not (opts.list or opts.matrix or opts.dry_run))
+		except distro.Problem as problem:
 			raise Refusal(str(problem))
 	scenarios = compile_plan(opts, session)
 	names = [s.name for s in scenarios]

@@ -13,9 +13,12 @@ Last line: "N passed, N failed, N skipped".
 
 import dataclasses
 import fcntl
+import contextlib
 import gzip
+import io
 import importlib.machinery
 import json
+import lzma
 import os
 import pathlib
 import re
@@ -36,7 +39,9 @@ HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
 sys.path.insert(0, str(HARNESS))
 import bzimage  # noqa: E402
+import distro  # noqa: E402
 import guestvm  # noqa: E402
+import kernelmods  # noqa: E402
 import golden  # noqa: E402
 import plan  # noqa: E402
 import reports  # noqa: E402
@@ -1069,11 +1074,14 @@ class BzImage(unittest.TestCase):
 
 	def test_a_kernel_lacking_what_some_cases_need_runs_the_others(self):
 		# Debian's way: PREEMPT_DYNAMIC (booted with preempt=full), no
-		# failslab, sd a module.  The cases using those are left out.
+		# failslab, no uevent helper; the SCSI midlayer and sd modules
+		# (bzimage-modular: loaded from the kernel's modules).  The cases
+		# using what it lacks are left out.
 		wanted = bzimage.wanted_lines('7.3')
-		lacking = ('CONFIG_PREEMPT', 'CONFIG_FAILSLAB', 'CONFIG_BLK_DEV_SD')
+		lacking = ('CONFIG_PREEMPT', 'CONFIG_FAILSLAB', 'CONFIG_UEVENT_HELPER', 'CONFIG_BLK_DEV_SD', 'CONFIG_SCSI')
 		config = [line for name, line in wanted.items() if name not in lacking]
-		obj = self.object_tree('\n'.join(config + ['CONFIG_PREEMPT_DYNAMIC=y', 'CONFIG_BLK_DEV_SD=m']) + '\n')
+		config += ['CONFIG_PREEMPT_DYNAMIC=y', 'CONFIG_BLK_DEV_SD=m', 'CONFIG_SCSI=m']
+		obj = self.object_tree('\n'.join(config) + '\n')
 		for name in bzimage.in_tree_modules():
 			(obj / name).parent.mkdir(parents=True, exist_ok=True)
 			(obj / name).write_text('fake')
@@ -1084,18 +1092,18 @@ class BzImage(unittest.TestCase):
 		lines = done.stdout.splitlines()
 		self.assertIn('boots with preempt=full', lines[0])
 		self.assertIn('lacks what some cases need (kernel-patches/config/case-needs): '
-			      'CONFIG_BLK_DEV_SD, CONFIG_FAILSLAB', lines[1])
+			      'CONFIG_FAILSLAB, CONFIG_UEVENT_HELPER:', lines[1])
 		cases = plan.scenarios(TABLE, ['vanilla'], tree='7.3')
-		needing = {s.name for s in cases if s.uses & {'fault_held', 'backend=scsi', 'sd_attached'}}
+		needing = {s.name for s in cases if s.uses & {'fault_held', 'prober_start'}}
 		self.assertTrue(needing)
 		self.assertFalse(needing & set(lines), 'a case needing what the kernel lacks is listed')
 		self.assertIn('vanilla/holder_close/mbr-primary', lines)
-		# raceblk itself needs the SCSI midlayer built in: refused.
-		(obj / '.config').write_text('\n'.join(config + ['CONFIG_PREEMPT_DYNAMIC=y', 'CONFIG_BLK_DEV_SD=m', 'CONFIG_SCSI=m'])
-					     .replace('CONFIG_SCSI=y\n', '') + '\n')
+		self.assertIn('vanilla/scsi_holder_part/mbr-primary', lines)
+		# raceblk itself needs the SCSI midlayer, built in or a module.
+		(obj / '.config').write_text('\n'.join(c for c in config if c != 'CONFIG_SCSI=m') + '\n')
 		done = fake.run('pass', '--bzimage', str(obj / 'arch/x86/boot/bzImage'), '--list')
 		self.assertEqual(done.returncode, 2, done.stdout)
-		self.assertIn("lacks what the guest needs (kernel-patches/config/base.config says why): CONFIG_SCSI=y (it has 'CONFIG_SCSI=m')",
+		self.assertIn("lacks what the guest needs (kernel-patches/config/base.config says why): CONFIG_SCSI=y (it has 'nothing')",
 			      done.stderr)
 
 	def test_a_skipped_case_names_what_it_needs(self):
@@ -1134,7 +1142,7 @@ class BzImage(unittest.TestCase):
 	def test_scenarios_it_cannot_run_are_skip_records(self):
 		fake = FakeBuild()
 		self.addCleanup(fake.close)
-		done = fake.run('pass', '--filter', '*/vermagic_release/* */bad_hold/*', env={'RACEBLK_NO_FOREIGN': '1'})
+		done = fake.run('pass', '--filter', '*/vermagic_release/* */bad_hold/*', env={'RACEBLK_FOREIGN': 'vanilla'})
 		self.assertEqual(done.stdout.strip().splitlines()[-1], '1 passed, 0 failed, 1 skipped', done.stdout)
 		skipped = [r for r in fake.results().scenarios if r.status == results.Status.SKIP]
 		self.assertEqual([r.name for r in skipped], ['vanilla/vermagic_release/mbr-primary'])
@@ -1461,6 +1469,90 @@ class ModctlDepends(unittest.TestCase):
 			done = subprocess.run([str(modctl), 'depends', f'{tmp}/absent.ko'], capture_output=True, text=True, timeout=10)
 			self.assertEqual(done.returncode, 2)
 			self.assertIn('absent.ko: No such file', done.stderr)
+
+
+class KernelModules(unittest.TestCase):
+	"""harness/kernelmods.py: the kernel's modules a guest loads, and for
+	a kernel not built here what they depend on, found by depends=."""
+
+	@staticmethod
+	def module(path: pathlib.Path, depends: str) -> bytes:
+		elf = b'\x7fELF\0' + b'\0' * 100 + f'depends={depends}'.encode() + b'\0vermagic=6.1\0'
+		path.parent.mkdir(parents=True, exist_ok=True)
+		path.write_bytes(lzma.compress(elf) if path.suffix == '.xz' else elf)
+		return elf
+
+	def test_a_distribution_s_modules_come_uncompressed_with_their_dependencies(self):
+		with tempfile.TemporaryDirectory() as tmp:
+			root, dest = pathlib.Path(tmp) / 'kernel', pathlib.Path(tmp) / 'dest'
+			null_blk = self.module(root / 'drivers/block/null_blk/null_blk.ko.xz', 'configfs')
+			self.module(root / 'fs/configfs/configfs.ko.xz', '')
+			sd = self.module(root / 'drivers/scsi/sd_mod.ko.xz', 'scsi_mod,crc-t10dif')
+			scsi = self.module(root / 'drivers/scsi/scsi_mod.ko.xz', 'scsi_common')
+			self.module(root / 'drivers/scsi/scsi_common.ko.xz', '')
+			self.module(root / 'lib/crc-t10dif.ko.xz', 'crct10dif_common')
+			self.module(root / 'crypto/crct10dif_common.ko.xz', '')
+			self.module(root / 'drivers/unused.ko.xz', '')
+			dest.mkdir()
+			# raceblk (built beside them) needs scsi_mod and one of its own.
+			(dest / 'raceblk.ko').write_bytes(b'\0depends=scsi_mod,raceblk_user\0')
+			paths = ['drivers/block/null_blk/null_blk.ko', 'drivers/scsi/sd_mod.ko', 'drivers/ata/ata_piix.ko',
+				 'fs/configfs/configfs.ko']
+			kernelmods.stage(dest, root, paths, dependencies=True)
+			self.assertEqual(sorted(p.name for p in dest.glob('*.ko')),
+					 ['configfs.ko', 'null_blk.ko', 'raceblk.ko', 'sd_mod.ko'])
+			self.assertEqual((dest / 'null_blk.ko').read_bytes(), null_blk)
+			self.assertEqual((dest / 'sd_mod.ko').read_bytes(), sd)
+			self.assertEqual(sorted(p.name for p in (dest / 'kernel').iterdir()),
+					 ['configfs.ko', 'crc-t10dif.ko', 'crct10dif_common.ko', 'scsi_common.ko', 'scsi_mod.ko'])
+			self.assertEqual((dest / 'kernel/scsi_mod.ko').read_bytes(), scsi)
+			# Our own kernels: the modules alone.
+			shutil.rmtree(dest)
+			dest.mkdir()
+			kernelmods.stage(dest, root, paths, dependencies=False)
+			self.assertFalse((dest / 'kernel').exists())
+			self.assertEqual(len(list(dest.glob('*.ko'))), 3)
+
+
+class Distro(unittest.TestCase):
+	"""make KERNEL=debian-TREE: Debian's image judged as vanilla, checked as
+	--bzimage checks a kernel, its modules from its package."""
+
+	def test_debian_s_kernel_is_vanilla_beside_the_project_s_own(self):
+		home = pathlib.Path(tempfile.mkdtemp(prefix='selftest-debian-'))
+		self.addCleanup(shutil.rmtree, home, ignore_errors=True)
+		wanted = bzimage.wanted_lines('6.1')
+		config = [line for name, line in wanted.items() if name not in ('CONFIG_PREEMPT', 'CONFIG_SCSI', 'CONFIG_FAILSLAB')]
+		headers = home / 'deb/usr/src/linux-headers-6.1.0-57-amd64'
+		for name, text in (('.config', '\n'.join(config + ['CONFIG_PREEMPT_DYNAMIC=y', 'CONFIG_SCSI=m']) + '\n'),
+				   ('Module.symvers', ''), ('include/config/kernel.release', '6.1.192\n')):
+			(headers / name).parent.mkdir(parents=True, exist_ok=True)
+			(headers / name).write_text(text)
+		(home / 'vmlinuz').write_text('fake')
+		(headers / 'arch/x86/boot').mkdir(parents=True)
+		(headers / 'arch/x86/boot/bzImage').symlink_to(home / 'vmlinuz')
+		(home / 'headers').symlink_to(headers)
+		for name in bzimage.in_tree_modules():
+			(home / 'modules/kernel' / (name + '.xz')).parent.mkdir(parents=True, exist_ok=True)
+			(home / 'modules/kernel' / (name + '.xz')).write_text('fake')
+		(home / 'release').write_text('6.1.0-57-amd64 6.1.192-3\n')
+		with unittest.mock.patch.object(distro, 'home', return_value=home):
+			with contextlib.redirect_stdout(io.StringIO()) as said:
+				session = distro.prepare('6.1', ['vanilla', 'fixed'], build=False)
+			self.assertIn("Debian's linux-image-6.1.0-57-amd64 (6.1.192-3): 6.1.192", said.getvalue())
+			self.assertEqual(session.source, "Debian's linux-image-6.1.0-57-amd64 (6.1.192-3) as vanilla, "
+					 'fixed of kernel-patches/6.1/')
+			self.assertEqual((session.build, session.tree, session.foreign), (home, '6.1', ('vanilla',)))
+			# Its command line and what it lacks are its own, not fixed's.
+			self.assertEqual((session.boot_args_of('vanilla'), session.boot_args_of('fixed')),
+					 ((bzimage.PREEMPT_FULL,), ()))
+			self.assertIn('CONFIG_FAILSLAB', session.lacks_of('vanilla'))
+			self.assertEqual(session.lacks_of('fixed'), {})
+			with self.assertRaisesRegex(distro.Problem, 'VARIANTS=fixed lacks it'):
+				distro.prepare('6.1', ['fixed'], build=False)
+			(home / 'modules/kernel/drivers/block/loop.ko.xz').unlink()
+			with self.assertRaisesRegex(distro.Problem, 'has no drivers/block/loop.ko: the cases load it'):
+				distro.prepare('6.1', ['vanilla'], build=False)
 
 
 @unittest.skipUnless(shutil.which('gcc'), 'needs gcc')

@@ -8,7 +8,7 @@ of its own for a kernel of the user's.  Nothing here is read at import.
 import dataclasses
 import os
 import pathlib
-from typing import Tuple
+from typing import Dict, Tuple
 
 import golden
 import plan
@@ -26,19 +26,28 @@ class Session:
 	build: pathlib.Path		# build/TREE, or a --bzimage kernel's
 	tree: str
 	source: str			# what the kernels are built from, for headers
-	# A kernel of the user's (--bzimage): the modules built for another
-	# kernel (the vermagic cases) are not built for it; the options it
-	# lacks that some cases need (kernel-patches/config/case-needs), each
-	# with what it has instead; what its command line needs.
-	foreign: bool = False
+	# The variants whose kernel was not built here (--bzimage's, a
+	# distribution's): the modules built for another kernel (the vermagic
+	# cases) are not built for it; the options it lacks that some cases
+	# need (kernel-patches/config/case-needs), each with what it has
+	# instead; what its command line needs.
+	foreign: Tuple[str, ...] = ()
 	lacks: Tuple[Tuple[str, str], ...] = ()
 	boot_args: Tuple[str, ...] = ()
 
 	@classmethod
 	def from_environment(cls) -> 'Session':
+		"""make's session; RACEBLK_FOREIGN names variants to take as not
+		built here (the self-tests' fake builds)."""
 		tree = plan.current_tree()
 		build = pathlib.Path(os.environ.get('RACEBLK_BUILD') or TOP / 'build' / tree)
-		return cls(build, tree, plan.source_name(), bool(os.environ.get('RACEBLK_NO_FOREIGN')))
+		return cls(build, tree, plan.source_name(), tuple(os.environ.get('RACEBLK_FOREIGN', '').split()))
+
+	def lacks_of(self, variant: str) -> Dict[str, str]:
+		return dict(self.lacks) if variant in self.foreign else {}
+
+	def boot_args_of(self, variant: str) -> Tuple[str, ...]:
+		return self.boot_args if variant in self.foreign else ()
 
 	@property
 	def results(self) -> pathlib.Path:

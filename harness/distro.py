@@ -1,0 +1,123 @@
+# SPDX-License-Identifier: GPL-2.0
+"""make KERNEL=debian-TREE (harness/run --debian TREE): the cases on the
+kernel Debian ships for a tree, beside this project's own kernels of it.
+
+Debian's image and headers are fetched with apt-get download into
+build/debian-TREE/ and unpacked there, never installed
+(kernel-patches/fetch-source --binary; the host's apt for 6.1 and 6.12,
+the project's private lists for 7.3).  The image is judged as vanilla of
+TREE: it is what a user runs, the bug's kernel.  It is checked as
+harness/run --bzimage checks a kernel of the user's, with the headers as
+its object tree and the image's own modules (null_blk, sd_mod, ...) and
+what they depend on from the package.  Any other variant of the run is
+this project's own kernel of TREE (make KERNEL=TREE builds it), linked
+into build/debian-TREE/ so that one run has both.
+"""
+
+import dataclasses
+import pathlib
+import subprocess
+from typing import List, Tuple
+
+import bzimage
+import plan
+from session import Session
+
+TOP = plan.TOP
+# What Debian's image is judged as, and race-demo's columns: it, and
+# this project's fix of the same tree.
+JUDGED_AS = 'vanilla'
+COLUMNS = [JUDGED_AS, 'fixed']
+
+
+class Problem(Exception):
+	"""What keeps a distribution's kernel from running, said for a person."""
+
+
+def trees(top: pathlib.Path = TOP) -> List[str]:
+	"""The trees Debian has a kernel of (kernel-patches/TREE/binary)."""
+	return [t for t in plan.trees(top) if (top / 'kernel-patches' / t / 'binary').is_file()]
+
+
+def home(tree: str) -> pathlib.Path:
+	return TOP / 'build' / f'debian-{tree}'
+
+
+def release(tree: str) -> Tuple[str, str]:
+	"""The fetched image's release and Debian version."""
+	words = (home(tree) / 'release').read_text().split()
+	return words[0], words[1]
+
+
+def fetch(tree: str) -> None:
+	"""Debian's image and headers of TREE, unless fetched already (make
+	distclean, or rm -r build/debian-TREE, fetches the current ones)."""
+	if (home(tree) / 'release').is_file():
+		return
+	done = subprocess.run([str(TOP / 'kernel-patches/fetch-source'), '--binary', tree], check=False)
+	if done.returncode != 0:
+		raise Problem(f'KERNEL=debian-{tree}: fetching Debian\'s kernel failed (above)')
+
+
+def link_own(tree: str, variant: str) -> None:
+	"""This project's kernel of TREE as VARIANT, its raceblk and its
+	archive, where the run looks for them."""
+	own, here = Session(TOP / 'build' / tree, tree, ''), Session(home(tree), tree, '')
+	pairs = ((own.kernel_obj(variant).parent, here.kernel_obj(variant).parent),
+		 (own.driver_of(variant), here.driver_of(variant)),
+		 (own.initramfs_of(variant), here.initramfs_of(variant)))
+	if not own.initramfs_of(variant).is_file():
+		raise Problem(f'KERNEL=debian-{tree}: {variant} is this project\'s own kernel of {tree}, not built yet: '
+			      f'make initramfs KERNEL={tree} VARIANTS={variant}')
+	for target, link in pairs:
+		link.parent.mkdir(parents=True, exist_ok=True)
+		if link.is_symlink():
+			link.unlink()
+		link.symlink_to(target)
+
+
+def named(tree: str) -> str:
+	name, version = release(tree)
+	return f'Debian\'s linux-image-{name} ({version})'
+
+
+def session(tree: str, variants: List[str], base: Session) -> Session:
+	"""BASE (the image's, as --bzimage's) with the project's own variants."""
+	own = [v for v in variants if v != JUDGED_AS]
+	source = f'{named(tree)} as {JUDGED_AS}' + (f', {" ".join(own)} of kernel-patches/{tree}/' if own else '')
+	return dataclasses.replace(base, source=source)
+
+
+def prepare(tree: str, variants: List[str], build: bool = True) -> Session:
+	"""Fetch and check Debian's kernel of TREE and, with BUILD, build what
+	its guests boot; the session of a run of VARIANTS on it."""
+	if JUDGED_AS not in variants:
+		raise Problem(f'KERNEL=debian-{tree}: Debian\'s kernel is {JUDGED_AS}: VARIANTS={" ".join(variants)} lacks it')
+	if build:
+		fetch(tree)
+	elif not (home(tree) / 'release').is_file():
+		raise Problem(f'KERNEL=debian-{tree}: Debian\'s kernel is not fetched yet (make test KERNEL=debian-{tree} '
+			      'fetches it)')
+	headers = home(tree) / 'headers'
+	try:
+		base = bzimage.prepare(headers / 'arch/x86/boot/bzImage', JUDGED_AS, build,
+				       modules=home(tree) / 'modules/kernel', named=named(tree), build_at=home(tree))
+	except bzimage.Problem as problem:
+		raise Problem(str(problem))
+	if base.tree != tree:
+		raise Problem(f'KERNEL=debian-{tree}: {named(tree)} is a kernel of {base.tree}')
+	own = [v for v in variants if v != JUDGED_AS]
+	if build and own:
+		make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), 'initramfs', f'KERNEL={tree}',
+				       f'VARIANTS={" ".join(own)}'], check=False, env=bzimage.MAKE_ENV)
+		if make.returncode != 0:
+			raise Problem(f'KERNEL=debian-{tree}: building this project\'s {" ".join(own)} of {tree} failed (above)')
+		for variant in own:
+			link_own(tree, variant)
+	return session(tree, variants, base)
+
+
+def results_session(tree: str, variants: List[str]) -> Session:
+	"""The session whose results a run of VARIANTS on TREE's Debian
+	kernel left (race-demo reads them)."""
+	return session(tree, variants, Session(home(tree), tree, ''))
