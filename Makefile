@@ -117,8 +117,10 @@ TREE := kernel-patches/$(KERNEL)
 APT_SOURCE := $(wildcard $(TREE)/apt-source)
 # (make KERNEL_TARBALL=FILE takes another; not the environment's, which a
 # make for another tree exports.)
+# KERNEL=debian-TREE installs nothing: TREE's source, when not
+# installed, is fetched from the host's apt as another suite's is.
 ifneq ($(origin KERNEL_TARBALL),command line)
-KERNEL_TARBALL := $(shell kernel-patches/fetch-source --tarball $(KERNEL))
+KERNEL_TARBALL := $(shell kernel-patches/fetch-source --tarball $(if $(DEBIAN),--fetched) $(KERNEL))
 endif
 export KERNEL_TARBALL
 # The harness scripts find the tree's builds and results through these.
@@ -179,11 +181,15 @@ KMAKE_FLAGS = CC="ccache gcc" HOSTCC="ccache gcc" KCFLAGS="-fmacro-prefix-map=..
 # raceblk and the helper modules: with gcc, as the kernels here are built,
 # or with clang for a kernel of the user's built with it.
 MODULE_CC = $(if $(BZIMAGE_CLANG),LLVM=1 CC="ccache clang",CC="ccache gcc")
+# A distribution's kernel makes BTF for its modules (pahole, of package
+# dwarves): it serves BPF tools only, and the cases load none.
+MODULE_FLAGS = $(MODULE_CC) $(if $(BZIMAGE_OBJ),CONFIG_DEBUG_INFO_BTF_MODULES=)
 KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/kernel/$*/src \
 	O=$(BUILD)/kernel/$*/obj $(KMAKE_FLAGS) -j$(JOBS)
 
 # Debian packages the build and the harness need.
-HOST_SOURCE_PACKAGE := $(if $(APT_SOURCE)$(KERNEL_SRC)$(BZIMAGE_OBJ),,linux-source-$(KERNEL))
+FETCHED_SOURCE := $(filter build/%,$(KERNEL_TARBALL))
+HOST_SOURCE_PACKAGE := $(if $(FETCHED_SOURCE)$(KERNEL_SRC)$(BZIMAGE_OBJ),,linux-source-$(KERNEL))
 DEB_PACKAGES := $(HOST_SOURCE_PACKAGE) gcc make libc6-dev bc bison flex libelf-dev \
 	libssl-dev cpio xz-utils lz4 ccache qemu-system-x86 qemu-utils parted \
 	busybox-static python3
@@ -231,15 +237,15 @@ APT_LOG := build/logs/apt.log
 
 deps:
 	$(call install_missing,$(DEB_PACKAGES) $(if $(KERNEL_SRC),git))
-	@$(if $(APT_SOURCE),$(if $(KERNEL_SRC)$(BZIMAGE_OBJ),,$(MAKE) --no-print-directory $(KERNEL_TARBALL)))
+	@$(if $(FETCHED_SOURCE),$(if $(KERNEL_SRC)$(BZIMAGE_OBJ),,$(MAKE) --no-print-directory $(KERNEL_TARBALL)))
 
 deps-check:
 	$(call install_missing,$(CHECK_COMMANDS) $(HOST_SOURCE_PACKAGE))
-	@$(if $(APT_SOURCE),$(MAKE) --no-print-directory $(KERNEL_TARBALL))
+	@$(if $(FETCHED_SOURCE),$(MAKE) --no-print-directory $(KERNEL_TARBALL))
 
 # The tarball keeps the time the package gave it (the kernel cache's key
 # has it), older than any checkout: fetched when missing, not when newer.
-ifneq ($(APT_SOURCE),)
+ifneq ($(FETCHED_SOURCE),)
 $(KERNEL_TARBALL): | $(APT_SOURCE)
 	@kernel-patches/fetch-source $(KERNEL)
 endif
@@ -356,6 +362,29 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 	@touch $@
 endif
 
+# --- a distribution's headers prepared again ---------------------------------
+# KERNEL=debian-TREE where Debian's kbuild cannot run here (7.3's modpost
+# needs glibc 2.38; bookworm has 2.36): harness/distro.py has make prepare
+# an object tree from TREE's source with the image's configuration,
+# olddefconfig'd for this compiler (configuration.diff lists what that
+# changed), then Debian's Module.symvers (the symbols' CRCs are Debian's)
+# and release (the modules' vermagic) over it, and the image as its
+# bzImage.  Modules built against it load into Debian's kernel.
+DEBIAN_HOME := $(TOP)/build/debian-$(KERNEL)
+$(DEBIAN_HOME)/prep/.prepared: $(PRISTINE)/.extracted $(DEBIAN_HOME)/release
+	@rm -rf $(@D) && mkdir -p $(@D)
+	@cp $(DEBIAN_HOME)/config $(@D)/.config
+	@$(MAKE) --no-print-directory -C $(PRISTINE) O=$(@D) $(KMAKE_FLAGS) -s olddefconfig
+	@diff -u0 $(DEBIAN_HOME)/config $(@D)/.config | grep '^[-+]CONFIG_' > $(@D)/configuration.diff || true
+	@harness/progress "prepare debian-$(KERNEL)" $(@D).log \
+		$(MAKE) --no-print-directory -C $(PRISTINE) O=$(@D) $(KMAKE_FLAGS) -j$(JOBS) modules_prepare
+	@cp $(DEBIAN_HOME)/headers/Module.symvers $(@D)/
+	@cp $(DEBIAN_HOME)/headers/include/config/kernel.release $(@D)/include/config/
+	@cp $(DEBIAN_HOME)/headers/include/generated/utsrelease.h $(@D)/include/generated/
+	@mkdir -p $(@D)/arch/x86/boot && ln -sfn $(DEBIAN_HOME)/vmlinuz $(@D)/arch/x86/boot/bzImage
+	@echo "  PREPARE build/debian-$(KERNEL)/prep: $$(wc -l < $(@D)/configuration.diff) lines of configuration changed for $$(gcc -dumpfullversion)"
+	@touch $@
+
 # --- driver ------------------------------------------------------------------
 # Built from a copy so the repository's driver/ never holds objects.
 # The in-tree modules the guests load (harness/in-tree-modules).
@@ -402,7 +431,7 @@ $(BUILD)/driver/%/raceblk.ko: $(DRIVER_SOURCES) $(MODULE_SELFTEST) $(BUILD)/kern
 	@$(if $(KTAP_HELPERS_PATCH),$(call new_file,$(KTAP_HELPERS_PATCH),$(KTAP_HELPERS)) >,cp $(KTAP_HELPERS_FILE)) \
 		$(@D)/kselftest/kselftest/$(notdir $(KTAP_HELPERS))
 	@$(MAKE) --no-print-directory -C $(@D) KDIR=$(BUILD)/kernel/$*/obj \
-		$(MODULE_CC) W=1 RACEBLK_INSTANCES=$(call soak_instances,$*)
+		$(MODULE_FLAGS) W=1 RACEBLK_INSTANCES=$(call soak_instances,$*)
 	@# docs/driver.md and the cases' check read the parameters from the
 	@# source: what they read must be what modinfo says.
 	@harness/plan.py check-parameters $@ || { rm -f $@; exit 1; }

@@ -15,7 +15,9 @@ into build/debian-TREE/ so that one run has both.
 """
 
 import dataclasses
+import os
 import pathlib
+import re
 import subprocess
 from typing import List, Tuple
 
@@ -49,10 +51,49 @@ def release(tree: str) -> Tuple[str, str]:
 	return words[0], words[1]
 
 
+def image(tree: str) -> pathlib.Path:
+	"""The image, linked where its object tree (the headers) has it."""
+	return home(tree) / 'headers/arch/x86/boot/bzImage'
+
+
+def kbuild_fails(headers: pathlib.Path) -> str:
+	"""Why the headers' kbuild programs cannot run here, if they cannot
+	(7.3's are built for trixie's glibc); '' if they can."""
+	for program in sorted((headers / 'scripts').rglob('*')):
+		if program.is_file() and os.access(program, os.X_OK) and program.read_bytes()[:4] == b'\x7fELF':
+			done = subprocess.run([str(program)], capture_output=True, text=True, check=False, timeout=10)
+			lacking = re.search(r"version `(GLIBC_[0-9.]+)' not found", done.stderr)
+			if lacking:
+				return f'its {program.relative_to(headers)} needs {lacking.group(1)}, which this host\'s libc has not'
+	return ''
+
+
+def object_tree(tree: str) -> pathlib.Path:
+	"""The headers, or where Debian's kbuild cannot run here, an object
+	tree prepared from TREE's source with the image's configuration
+	(the Makefile's build/debian-TREE/prep)."""
+	headers = home(tree) / 'headers'
+	why = kbuild_fails(headers)
+	if not why:
+		return headers
+	prep = home(tree) / 'prep'
+	print(f'harness: Debian\'s kbuild cannot run here ({why}): modules are built against {prep.relative_to(TOP)}, '
+	      f'prepared from kernel-patches/{tree}\'s source with the image\'s configuration, symbols and release', flush=True)
+	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), f'KERNEL={tree}', str(prep / '.prepared')],
+			      check=False, env=bzimage.MAKE_ENV)
+	if make.returncode != 0:
+		raise Problem(f'KERNEL=debian-{tree}: preparing {prep} failed (above)')
+	return prep
+
+
+def fetched(tree: str) -> bool:
+	return (home(tree) / 'release').is_file() and image(tree).is_file()
+
+
 def fetch(tree: str) -> None:
 	"""Debian's image and headers of TREE, unless fetched already (make
 	distclean, or rm -r build/debian-TREE, fetches the current ones)."""
-	if (home(tree) / 'release').is_file():
+	if fetched(tree):
 		return
 	done = subprocess.run([str(TOP / 'kernel-patches/fetch-source'), '--binary', tree], check=False)
 	if done.returncode != 0:
@@ -95,12 +136,12 @@ def prepare(tree: str, variants: List[str], build: bool = True) -> Session:
 		raise Problem(f'KERNEL=debian-{tree}: Debian\'s kernel is {JUDGED_AS}: VARIANTS={" ".join(variants)} lacks it')
 	if build:
 		fetch(tree)
-	elif not (home(tree) / 'release').is_file():
+	elif not fetched(tree):
 		raise Problem(f'KERNEL=debian-{tree}: Debian\'s kernel is not fetched yet (make test KERNEL=debian-{tree} '
 			      'fetches it)')
-	headers = home(tree) / 'headers'
+	obj = object_tree(tree) if build else home(tree) / 'headers'
 	try:
-		base = bzimage.prepare(headers / 'arch/x86/boot/bzImage', JUDGED_AS, build,
+		base = bzimage.prepare(obj / 'arch/x86/boot/bzImage', JUDGED_AS, build,
 				       modules=home(tree) / 'modules/kernel', named=named(tree), build_at=home(tree))
 	except bzimage.Problem as problem:
 		raise Problem(str(problem))
