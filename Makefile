@@ -362,27 +362,21 @@ $(BUILD)/kernel/%/obj/arch/x86/boot/bzImage: $(BUILD)/kernel/%/obj/.config
 	@touch $@
 endif
 
-# --- a distribution's headers prepared again ---------------------------------
-# KERNEL=debian-TREE where Debian's kbuild cannot run here (7.3's modpost
-# needs glibc 2.38; bookworm has 2.36): harness/distro.py has make prepare
-# an object tree from TREE's source with the image's configuration,
-# olddefconfig'd for this compiler (configuration.diff lists what that
-# changed), then Debian's Module.symvers (the symbols' CRCs are Debian's)
-# and release (the modules' vermagic) over it, and the image as its
-# bzImage.  Modules built against it load into Debian's kernel.
+# --- a distribution's kbuild, built here ------------------------------------
+# KERNEL=debian-TREE where Debian's kbuild programs cannot run here (7.3's
+# are built for trixie's glibc 2.38; bookworm has 2.36): harness/distro.py
+# has make build them from TREE's source (make modules_prepare, with the
+# image's configuration olddefconfig'd for this compiler: what that
+# changed is in configuration.diff), and puts them in place of Debian's.
+# Modules are still built with Debian's own configuration and headers.
 DEBIAN_HOME := $(TOP)/build/debian-$(KERNEL)
 $(DEBIAN_HOME)/prep/.prepared: $(PRISTINE)/.extracted $(DEBIAN_HOME)/release
 	@rm -rf $(@D) && mkdir -p $(@D)
 	@cp $(DEBIAN_HOME)/config $(@D)/.config
 	@$(MAKE) --no-print-directory -C $(PRISTINE) O=$(@D) $(KMAKE_FLAGS) -s olddefconfig
 	@diff -u0 $(DEBIAN_HOME)/config $(@D)/.config | grep '^[-+]CONFIG_' > $(@D)/configuration.diff || true
-	@harness/progress "prepare debian-$(KERNEL)" $(@D).log \
+	@harness/progress "kbuild of debian-$(KERNEL)" $(@D).log \
 		$(MAKE) --no-print-directory -C $(PRISTINE) O=$(@D) $(KMAKE_FLAGS) -j$(JOBS) modules_prepare
-	@cp $(DEBIAN_HOME)/headers/Module.symvers $(@D)/
-	@cp $(DEBIAN_HOME)/headers/include/config/kernel.release $(@D)/include/config/
-	@cp $(DEBIAN_HOME)/headers/include/generated/utsrelease.h $(@D)/include/generated/
-	@mkdir -p $(@D)/arch/x86/boot && ln -sfn $(DEBIAN_HOME)/vmlinuz $(@D)/arch/x86/boot/bzImage
-	@echo "  PREPARE build/debian-$(KERNEL)/prep: $$(wc -l < $(@D)/configuration.diff) lines of configuration changed for $$(gcc -dumpfullversion)"
 	@touch $@
 
 # --- driver ------------------------------------------------------------------

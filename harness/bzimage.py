@@ -173,11 +173,12 @@ def build_dir(args: List[str]) -> pathlib.Path:
 
 
 def prepare(image: pathlib.Path, variant: str, build: bool = True, modules: Optional[pathlib.Path] = None,
-	    named: Optional[str] = None, build_at: Optional[pathlib.Path] = None) -> Session:
+	    named: Optional[str] = None, build_at: Optional[pathlib.Path] = None,
+	    make_vars: Sequence[str] = ()) -> Session:
 	"""Check IMAGE and, with BUILD, build what its guests boot; the
 	session of the run that boots them.  A distribution's kernel has its
 	modules in MODULES, not in its object tree (the headers), is NAMED
-	so, and built for in BUILD_AT."""
+	so, and built for in BUILD_AT, its modules' make given MAKE_VARS."""
 	named = named or f'--bzimage {image}'
 	if not image.is_file():
 		raise Problem(f'{named}: not a file')
@@ -206,10 +207,10 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True, modules: Opti
 	if lacks:
 		print(f'harness: it lacks what some cases need (kernel-patches/config/case-needs): '
 		      f'{", ".join(lacks)}: those are skipped, each naming what it needs', flush=True)
-	make_vars = make_args(obj, variant, None if modules == obj else modules, build_at)
-	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), 'initramfs', *make_vars],
+	build_vars = make_args(obj, variant, None if modules == obj else modules, build_at)
+	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), 'initramfs', *build_vars, *make_vars],
 			      check=False, env=MAKE_ENV) if build else None
 	if make and make.returncode != 0:
 		raise Problem(f'{named}: building raceblk and the archives against {obj} failed (above)')
-	return Session(build_dir(make_vars), tree, f'{image} ({release})', foreign=(variant,),
+	return Session(build_dir(build_vars), tree, f'{image} ({release})', foreign=(variant,),
 		       lacks=tuple(lacks.items()), boot_args=tuple(args))

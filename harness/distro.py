@@ -18,6 +18,7 @@ import dataclasses
 import os
 import pathlib
 import re
+import shutil
 import subprocess
 from typing import List, Tuple
 
@@ -56,34 +57,61 @@ def image(tree: str) -> pathlib.Path:
 	return home(tree) / 'headers/arch/x86/boot/bzImage'
 
 
-def kbuild_fails(headers: pathlib.Path) -> str:
-	"""Why the headers' kbuild programs cannot run here, if they cannot
-	(7.3's are built for trixie's glibc); '' if they can."""
-	for program in sorted((headers / 'scripts').rglob('*')):
-		if program.is_file() and os.access(program, os.X_OK) and program.read_bytes()[:4] == b'\x7fELF':
-			done = subprocess.run([str(program)], capture_output=True, text=True, check=False, timeout=10)
-			lacking = re.search(r"version `(GLIBC_[0-9.]+)' not found", done.stderr)
-			if lacking:
-				return f'its {program.relative_to(headers)} needs {lacking.group(1)}, which this host\'s libc has not'
-	return ''
+def programs(headers: pathlib.Path) -> List[pathlib.Path]:
+	"""The headers' kbuild programs (fixdep, modpost, objtool, ...)."""
+	return [p for folder in ('scripts', 'tools') for p in sorted((headers / folder).rglob('*'))
+		if p.is_file() and os.access(p, os.X_OK) and p.read_bytes()[:4] == b'\x7fELF']
 
 
-def object_tree(tree: str) -> pathlib.Path:
-	"""The headers, or where Debian's kbuild cannot run here, an object
-	tree prepared from TREE's source with the image's configuration
-	(the Makefile's build/debian-TREE/prep)."""
+def cannot_run(program: pathlib.Path) -> str:
+	"""Why PROGRAM cannot run here ('' if it can): a newer glibc."""
+	done = subprocess.run([str(program)], capture_output=True, text=True, check=False, timeout=10)
+	lacking = re.search(r"version `(GLIBC_[0-9.]+)' not found", done.stderr)
+	return f'needs {lacking.group(1)}, which this host\'s libc has not' if lacking else ''
+
+
+def built_here(tree: str, program: pathlib.Path) -> pathlib.Path:
+	"""PROGRAM as the tree prepared here has it: scripts/mod/modpost for
+	Debian's scripts/mod/modpost.real-lsb-64, which its modpost runs."""
+	rel = program.relative_to(home(tree) / 'headers')
+	return home(tree) / 'prep' / rel.parent / rel.name.split('.real-', 1)[0]
+
+
+def own_kbuild(tree: str) -> None:
+	"""Where Debian's kbuild programs cannot run here (7.3's are built
+	for trixie), the same programs built from TREE's source (the
+	Makefile's build/debian-TREE/prep) in their place: modules are still
+	built with Debian's configuration, headers and Module.symvers."""
 	headers = home(tree) / 'headers'
-	why = kbuild_fails(headers)
-	if not why:
-		return headers
-	prep = home(tree) / 'prep'
-	print(f'harness: Debian\'s kbuild cannot run here ({why}): modules are built against {prep.relative_to(TOP)}, '
-	      f'prepared from kernel-patches/{tree}\'s source with the image\'s configuration, symbols and release', flush=True)
-	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), f'KERNEL={tree}', str(prep / '.prepared')],
-			      check=False, env=bzimage.MAKE_ENV)
+	failing = {p: why for p in programs(headers) if (why := cannot_run(p))}
+	if not failing:
+		return
+	first = next(iter(failing))
+	print(f'harness: Debian\'s kbuild cannot run here (its {first.relative_to(headers)} {failing[first]}): '
+	      f'its programs are built from kernel-patches/{tree}\'s source', flush=True)
+	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), f'KERNEL={tree}',
+			       str(home(tree) / 'prep/.prepared')], check=False, env=bzimage.MAKE_ENV)
 	if make.returncode != 0:
-		raise Problem(f'KERNEL=debian-{tree}: preparing {prep} failed (above)')
-	return prep
+		raise Problem(f'KERNEL=debian-{tree}: building its kbuild programs failed (above)')
+	for program in failing:
+		own = built_here(tree, program)
+		if own.is_file():
+			shutil.copy(own, program.resolve())
+	still = [p for p in failing if cannot_run(p)]
+	if any(p.name.startswith(('modpost', 'fixdep', 'objtool')) for p in still):
+		raise Problem(f'KERNEL=debian-{tree}: {", ".join(str(p.relative_to(headers)) for p in still)} '
+			      'still cannot run here')
+
+
+def compiler_overrides(tree: str) -> List[str]:
+	"""make variables for what Debian's compiler has and this host's has
+	not (gcc 14's -fmin-function-alignment, for gcc 12): the capability
+	options (CONFIG_CC_HAS_*, CONFIG_CC_OPT_*) that configuring the
+	image's configuration here took out, off for the modules' make."""
+	diff = home(tree) / 'prep/configuration.diff'
+	if not diff.is_file():
+		return []
+	return [f'{m.group(1)}=' for m in re.finditer(r'^-(CONFIG_CC_(?:HAS|OPT)_[A-Z0-9_]+)=', diff.read_text(), re.M)]
 
 
 def fetched(tree: str) -> bool:
@@ -139,10 +167,11 @@ def prepare(tree: str, variants: List[str], build: bool = True) -> Session:
 	elif not fetched(tree):
 		raise Problem(f'KERNEL=debian-{tree}: Debian\'s kernel is not fetched yet (make test KERNEL=debian-{tree} '
 			      'fetches it)')
-	obj = object_tree(tree) if build else home(tree) / 'headers'
+	if build:
+		own_kbuild(tree)
 	try:
-		base = bzimage.prepare(obj / 'arch/x86/boot/bzImage', JUDGED_AS, build,
-				       modules=home(tree) / 'modules/kernel', named=named(tree), build_at=home(tree))
+		base = bzimage.prepare(image(tree), JUDGED_AS, build, modules=home(tree) / 'modules/kernel',
+				       named=named(tree), build_at=home(tree), make_vars=compiler_overrides(tree))
 	except bzimage.Problem as problem:
 		raise Problem(str(problem))
 	if base.tree != tree:
