@@ -8,10 +8,12 @@ which must then be its object tree's too, else the object tree's
 .config) must have what the guest needs: kernel-patches/config/base.config
 and the tree's, but for the choices made there for build and boot speed
 alone (kernel-patches/config/bzimage-optional), and what tinyconfig
-gives our kernels by default (kernel-patches/config/bzimage-needs).  A
-missing option is named.
+gives our kernels by default (kernel-patches/config/bzimage-needs); a
+module is as good for what kernel-patches/config/bzimage-modular names,
+and an option only some cases need skips those cases.  A missing option
+is named.  (harness/distro.py runs Debian's kernels through here too.)
 Then make builds raceblk, its helper modules and the archives against
-the image's object tree (BZIMAGE_OBJ, under build/bzimage-RELEASE-HASH/),
+the image's object tree (BZIMAGE_OBJ, under build/bzimage-HASH/ or BZIMAGE_BUILD),
 and the run goes on with that build.  The modules built for
 another kernel (the vermagic and modversions rows) need the kernel's
 source tree prepared twice more: those scenarios are not run, and count

@@ -28,7 +28,7 @@ def run_of(k: int, judged: Verdict, seconds: float = 0.0, logs: str = '',
 		   found.known, verdict.crash_summary(console))
 
 
-FOREIGN_REASON = 'it loads modules built for another kernel, which --bzimage does not build'
+FOREIGN_REASON = 'it loads modules built for another kernel, which only this project\'s own kernels get'
 
 
 def not_run_record(scenario: Scenario, reason: str) -> Record:

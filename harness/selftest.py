@@ -1555,6 +1555,31 @@ class Distro(unittest.TestCase):
 				distro.prepare('6.1', ['vanilla'], build=False)
 
 
+	def test_a_kbuild_that_cannot_run_here_is_replaced_by_one_built_here(self):
+		home = pathlib.Path(tempfile.mkdtemp(prefix='selftest-debian-'))
+		self.addCleanup(shutil.rmtree, home, ignore_errors=True)
+		(home / 'prep').mkdir()
+		(home / 'prep/configuration.diff').write_text(
+			'-CONFIG_CC_VERSION_TEXT="gcc-14"\n+CONFIG_CC_VERSION_TEXT="gcc"\n-CONFIG_CC_HAS_MIN_FUNCTION_ALIGNMENT=y\n'
+			'-CONFIG_CC_OPT_INLINE_MEMSET="-finline-stringops=memset"\n-CONFIG_SCHED_CLASS_EXT=y\n'
+			'+CONFIG_GCC_ASM_GOTO_OUTPUT_BROKEN=y\n')
+		with unittest.mock.patch.object(distro, 'home', return_value=home):
+			# What gcc 14 has and gcc 12 has not, off; what the kernel is, kept.
+			self.assertEqual(distro.compiler_overrides('7.3'),
+					 ['CONFIG_CC_HAS_MIN_FUNCTION_ALIGNMENT=', 'CONFIG_CC_OPT_INLINE_MEMSET='])
+			# Debian's modpost wrapper runs modpost.real-lsb-64: ours is modpost.
+			self.assertEqual(distro.built_here('7.3', home / 'headers/scripts/mod/modpost.real-lsb-64'),
+					 home / 'prep/scripts/mod/modpost')
+			self.assertEqual(distro.built_here('7.3', home / 'headers/tools/objtool/objtool'),
+					 home / 'prep/tools/objtool/objtool')
+		program = home / 'fixdep'
+		program.write_text('#!/bin/sh\necho "fixdep: /lib/libc.so.6: version \\`GLIBC_2.38\' not found (required by fixdep)" >&2\n')
+		program.chmod(0o755)
+		self.assertEqual(distro.cannot_run(program), "needs GLIBC_2.38, which this host's libc has not")
+		program.write_text('#!/bin/sh\necho "usage: fixdep" >&2\n')
+		self.assertEqual(distro.cannot_run(program), '')
+
+
 @unittest.skipUnless(shutil.which('gcc'), 'needs gcc')
 class Churner(unittest.TestCase):
 	"""harness/guest/blkhold's churner and uevent prober, on a regular file
