@@ -44,6 +44,13 @@ NO_PYTHON := 1
 endif
 facts = $(patsubst $(1):%,%,$(filter $(1):%,$(FACTS)))
 TREES := $(call facts,tree)
+# Set by KERNEL=debian-TREE alone (below), never by the environment.
+DEBIAN_TREE :=
+ifneq ($(filter debian-%,$(KERNEL)),)
+ifneq ($(KERNEL_SRC)$(BZIMAGE_OBJ),)
+$(error KERNEL=$(KERNEL) is Debian's kernel: not with KERNEL_SRC or BZIMAGE_OBJ)
+endif
+endif
 ifneq ($(KERNEL_SRC),)
 ifneq ($(BZIMAGE_OBJ),)
 $(error KERNEL_SRC and BZIMAGE_OBJ: a tree to build, or a kernel built already, not both)
@@ -98,10 +105,13 @@ else ifneq ($(filter debian-%,$(KERNEL)),)
 # KERNEL=debian-TREE: make test and race-demo run Debian's own kernel of
 # TREE (harness/distro.py), fetched into build/debian-TREE/; what make
 # builds here is this project's own of TREE, as KERNEL=TREE would.
-DEBIAN := $(patsubst debian-%,%,$(KERNEL))
-override KERNEL := $(DEBIAN)
-ifeq ($(NO_PYTHON)$(wildcard kernel-patches/$(KERNEL)/binary),)
-$(error KERNEL=debian-$(DEBIAN): no kernel-patches/$(DEBIAN)/binary names Debian's kernel of it)
+DEBIAN_TREE := $(patsubst debian-%,%,$(KERNEL))
+override KERNEL := $(DEBIAN_TREE)
+ifeq ($(wildcard kernel-patches/$(KERNEL)/binary),)
+$(error KERNEL=debian-$(DEBIAN_TREE): no kernel-patches/$(DEBIAN_TREE)/binary names Debian's kernel of it)
+endif
+ifneq ($(filter-out test race-demo build/$(KERNEL)/%,$(or $(MAKECMDGOALS),all)),)
+$(error KERNEL=debian-$(DEBIAN_TREE): make test or race-demo only (the rest is this project's own tree: KERNEL=$(DEBIAN_TREE)))
 endif
 BUILD := $(TOP)/build/$(KERNEL)
 else
@@ -120,7 +130,7 @@ APT_SOURCE := $(wildcard $(TREE)/apt-source)
 # KERNEL=debian-TREE installs nothing: TREE's source, when not
 # installed, is fetched from the host's apt as another suite's is.
 ifneq ($(origin KERNEL_TARBALL),command line)
-KERNEL_TARBALL := $(shell kernel-patches/fetch-source --tarball $(if $(DEBIAN),--fetched) $(KERNEL))
+KERNEL_TARBALL := $(shell kernel-patches/fetch-source --tarball $(if $(DEBIAN_TREE),--fetched) $(KERNEL))
 endif
 export KERNEL_TARBALL
 # The harness scripts find the tree's builds and results through these.
@@ -181,8 +191,9 @@ KMAKE_FLAGS = CC="ccache gcc" HOSTCC="ccache gcc" KCFLAGS="-fmacro-prefix-map=..
 # raceblk and the helper modules: with gcc, as the kernels here are built,
 # or with clang for a kernel of the user's built with it.
 MODULE_CC = $(if $(BZIMAGE_CLANG),LLVM=1 CC="ccache clang",CC="ccache gcc")
-# A distribution's kernel makes BTF for its modules (pahole, of package
-# dwarves): it serves BPF tools only, and the cases load none.
+# A kernel not built here may make BTF for its modules (pahole, of
+# package dwarves; Debian's do): it serves BPF tools only, and the cases
+# load none.
 MODULE_FLAGS = $(MODULE_CC) $(if $(BZIMAGE_OBJ),CONFIG_DEBUG_INFO_BTF_MODULES=)
 KMAKE = $(MAKE) --no-print-directory -C $(BUILD)/kernel/$*/src \
 	O=$(BUILD)/kernel/$*/obj $(KMAKE_FLAGS) -j$(JOBS)
@@ -410,7 +421,7 @@ KTAP_HELPERS_FILE := $(PRISTINE)/$(KTAP_HELPERS)
 else
 KTAP_HELPERS_FILE := $(BUILD)/tools/$(notdir $(KTAP_HELPERS))
 $(KTAP_HELPERS_FILE):
-	@[ -f $(KERNEL_TARBALL) ] || { echo "make: $@ comes from $(KERNEL_TARBALL): make deps KERNEL=$(KERNEL) fetches it" >&2; exit 1; }
+	@[ -f $(KERNEL_TARBALL) ] || { echo "make: $@ comes from $(KERNEL_TARBALL): make deps KERNEL=$(KERNEL) installs it, or kernel-patches/fetch-source $(KERNEL) fetches it" >&2; exit 1; }
 	@mkdir -p $(@D)
 	@tar -xJf $(KERNEL_TARBALL) -O --wildcards '*/$(KTAP_HELPERS)' > $@.tmp && mv $@.tmp $@
 endif
@@ -578,8 +589,8 @@ $(BUILD)/initramfs/images/%.cpio.gz: $(BUILD)/images/%.img images/%.expected \
 
 # --- entry points ------------------------------------------------------------
 test: deps
-ifneq ($(DEBIAN),)
-	@harness/run -j $(JOBS) --debian $(DEBIAN) $(OWN_IMAGE_ARGS)
+ifneq ($(DEBIAN_TREE),)
+	@harness/run -j $(JOBS) --debian $(DEBIAN_TREE) $(OWN_IMAGE_ARGS)
 else
 	@$(MAKE) --no-print-directory initramfs images-check
 	@# Built means up to date: a kernel restored from the cache once
@@ -593,9 +604,9 @@ endif
 # KERNEL=debian-TREE: harness/run --debian builds what it needs (Debian's
 # kernel's raceblk, this project's fixed of TREE).
 race-demo: deps
-	@$(if $(DEBIAN),,$(MAKE) --no-print-directory initramfs \
+	@$(if $(DEBIAN_TREE),,$(MAKE) --no-print-directory initramfs \
 		VARIANTS="$(if $(DESIGNS),$(DESIGN_COLUMNS),$(DEFAULT_VARIANTS))")
-	@harness/race-demo $(if $(DEBIAN),--debian $(DEBIAN)) $(if $(DESIGNS),--designs) \
+	@harness/race-demo $(if $(DEBIAN_TREE),--debian $(DEBIAN_TREE)) $(if $(DESIGNS),--designs) \
 		$(if $(BACKEND),--backend $(BACKEND)) $(OWN_IMAGE_ARGS)
 
 # Every prefix of the series builds and is checkpatch --strict clean; the

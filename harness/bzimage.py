@@ -25,7 +25,7 @@ import pathlib
 import re
 import shutil
 import subprocess
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import kernelmods
 import plan
@@ -101,10 +101,19 @@ def wanted_lines(tree: str) -> Dict[str, str]:
 	return wanted
 
 
-def modular() -> Set[str]:
+def modular() -> Dict[str, str]:
 	"""The options wanted built in that a module is as good for
-	(kernel-patches/config/bzimage-modular)."""
-	return set(re.findall(r'^(CONFIG_[A-Z0-9_]+)', (CONFIG / 'bzimage-modular').read_text(), re.M))
+	(kernel-patches/config/bzimage-modular), with the module's name."""
+	return dict(re.findall(r'^(CONFIG_[A-Z0-9_]+)\s+([a-z0-9_]+)', (CONFIG / 'bzimage-modular').read_text(), re.M))
+
+
+def modules_lacking(config: str, modules: pathlib.Path) -> List[str]:
+	"""The modules of what CONFIG builds as modules where base.config
+	builds in (modular()) that MODULES has not."""
+	have = options(config)
+	wanted = [name for option, name in modular().items() if have.get(option) == f'{option}=m']
+	found = kernelmods.index(modules) if wanted else {}
+	return [name for name in wanted if name not in found]
 
 
 def missing(config: str, wanted: Dict[str, str]) -> Dict[str, str]:
@@ -202,6 +211,7 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True, modules: Opti
 	if options(config).get('CONFIG_CC_IS_CLANG') == 'CONFIG_CC_IS_CLANG=y':
 		need_clang(image, config)
 	absent = [name for name in in_tree_modules(list(lacks)) if not kernelmods.found(modules, name)]
+	absent += [f'{name}.ko' for name in modules_lacking(config, modules)]
 	if absent:
 		raise Problem(f'{named}: {modules} has no {absent[0]}: the cases load it (make modules)')
 	print(f'harness: {named}: {release}, configuration from {where}: has what the guest needs; '

@@ -34,7 +34,10 @@ COLUMNS = [JUDGED_AS, 'fixed']
 
 
 class Problem(Exception):
-	"""What keeps a distribution's kernel from running, said for a person."""
+	"""What keeps Debian's kernel of a tree from running, said for a person."""
+
+	def __init__(self, tree: str, text: str):
+		super().__init__(f'KERNEL=debian-{tree}: {text}')
 
 
 def trees(top: pathlib.Path = TOP) -> List[str]:
@@ -57,15 +60,26 @@ def image(tree: str) -> pathlib.Path:
 	return home(tree) / 'headers/arch/x86/boot/bzImage'
 
 
+def is_program(path: pathlib.Path) -> bool:
+	if not (path.is_file() and os.access(path, os.X_OK)):
+		return False
+	with path.open('rb') as f:
+		return f.read(4) == b'\x7fELF'
+
+
 def programs(headers: pathlib.Path) -> List[pathlib.Path]:
 	"""The headers' kbuild programs (fixdep, modpost, objtool, ...)."""
-	return [p for folder in ('scripts', 'tools') for p in sorted((headers / folder).rglob('*'))
-		if p.is_file() and os.access(p, os.X_OK) and p.read_bytes()[:4] == b'\x7fELF']
+	return [p for folder in ('scripts', 'tools') for p in sorted((headers / folder).rglob('*')) if is_program(p)]
 
 
 def cannot_run(program: pathlib.Path) -> str:
-	"""Why PROGRAM cannot run here ('' if it can): a newer glibc."""
-	done = subprocess.run([str(program)], capture_output=True, text=True, check=False, timeout=10)
+	"""Why PROGRAM cannot run here ('' if it can): a newer glibc, which
+	the loader says before the program reads anything."""
+	try:
+		done = subprocess.run([str(program)], stdin=subprocess.DEVNULL, capture_output=True, text=True,
+				      check=False, timeout=10)
+	except subprocess.TimeoutExpired:
+		return ''
 	lacking = re.search(r"version `(GLIBC_[0-9.]+)' not found", done.stderr)
 	return f'needs {lacking.group(1)}, which this host\'s libc has not' if lacking else ''
 
@@ -89,17 +103,15 @@ def own_kbuild(tree: str) -> None:
 	first = next(iter(failing))
 	print(f'harness: Debian\'s kbuild cannot run here (its {first.relative_to(headers)} {failing[first]}): '
 	      f'its programs are built from kernel-patches/{tree}\'s source', flush=True)
-	make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), f'KERNEL={tree}',
-			       str(home(tree) / 'prep/.prepared')], check=False, env=bzimage.MAKE_ENV)
-	if make.returncode != 0:
-		raise Problem(f'KERNEL=debian-{tree}: building its kbuild programs failed (above)')
+	if not make(tree, str(home(tree) / 'prep/.prepared')):
+		raise Problem(tree, 'building its kbuild programs failed (above)')
 	for program in failing:
 		own = built_here(tree, program)
 		if own.is_file():
 			shutil.copy(own, program.resolve())
 	still = [p for p in failing if cannot_run(p)]
 	if any(p.name.startswith(('modpost', 'fixdep', 'objtool')) for p in still):
-		raise Problem(f'KERNEL=debian-{tree}: {", ".join(str(p.relative_to(headers)) for p in still)} '
+		raise Problem(tree, f'{", ".join(str(p.relative_to(headers)) for p in still)} '
 			      'still cannot run here')
 
 
@@ -119,13 +131,38 @@ def fetched(tree: str) -> bool:
 
 
 def fetch(tree: str) -> None:
-	"""Debian's image and headers of TREE, unless fetched already (make
-	distclean, or rm -r build/debian-TREE, fetches the current ones)."""
+	"""Debian's image and headers of TREE, unless fetched already (rm -r
+	build/debian-TREE fetches what apt offers then)."""
 	if fetched(tree):
 		return
 	done = subprocess.run([str(TOP / 'kernel-patches/fetch-source'), '--binary', tree], check=False)
 	if done.returncode != 0:
-		raise Problem(f'KERNEL=debian-{tree}: fetching Debian\'s kernel failed (above)')
+		raise Problem(tree, 'fetching Debian\'s kernel failed (above)')
+
+
+def tree_source(tree: str) -> str:
+	"""TREE's source tarball, fetched unless installed (as make
+	KERNEL=debian-TREE's deps do): what this project's kernels of TREE
+	and the kbuild built here are built from."""
+	tarball = subprocess.run([str(TOP / 'kernel-patches/fetch-source'), '--tarball', '--fetched', tree],
+				 capture_output=True, text=True, check=True).stdout.strip()
+	if not (TOP / tarball).is_file():
+		done = subprocess.run([str(TOP / 'kernel-patches/fetch-source'), tree], check=False)
+		if done.returncode != 0:
+			raise Problem(tree, f'fetching linux-source-{tree} failed (above)')
+	return tarball
+
+
+def make(tree: str, *args: str) -> bool:
+	"""make ARGS for this project's tree TREE, from its source as fetched."""
+	done = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), f'KERNEL={tree}',
+			       f'KERNEL_TARBALL={tree_source(tree)}', *args], check=False, env=bzimage.MAKE_ENV)
+	return done.returncode == 0
+
+
+def own_variants(variants: List[str]) -> List[str]:
+	"""The variants of a run that are this project's kernels."""
+	return [v for v in variants if v != JUDGED_AS]
 
 
 def link_own(tree: str, variant: str) -> None:
@@ -135,14 +172,20 @@ def link_own(tree: str, variant: str) -> None:
 	pairs = ((own.kernel_obj(variant).parent, here.kernel_obj(variant).parent),
 		 (own.driver_of(variant), here.driver_of(variant)),
 		 (own.initramfs_of(variant), here.initramfs_of(variant)))
-	if not own.initramfs_of(variant).is_file():
-		raise Problem(f'KERNEL=debian-{tree}: {variant} is this project\'s own kernel of {tree}, not built yet: '
-			      f'make initramfs KERNEL={tree} VARIANTS={variant}')
 	for target, link in pairs:
 		link.parent.mkdir(parents=True, exist_ok=True)
 		if link.is_symlink():
 			link.unlink()
 		link.symlink_to(target)
+
+
+def build_own(tree: str, variants: List[str]) -> None:
+	"""This project's VARIANTS of TREE, built as make KERNEL=TREE builds
+	them, linked into build/debian-TREE/."""
+	if variants and not make(tree, 'initramfs', f'VARIANTS={" ".join(variants)}'):
+		raise Problem(tree, f'building this project\'s {" ".join(variants)} of {tree} failed (above)')
+	for variant in variants:
+		link_own(tree, variant)
 
 
 def named(tree: str) -> str:
@@ -152,38 +195,37 @@ def named(tree: str) -> str:
 
 def session(tree: str, variants: List[str], base: Session) -> Session:
 	"""BASE (the image's, as --bzimage's) with the project's own variants."""
-	own = [v for v in variants if v != JUDGED_AS]
+	own = own_variants(variants)
 	source = f'{named(tree)} as {JUDGED_AS}' + (f', {" ".join(own)} of kernel-patches/{tree}/' if own else '')
 	return dataclasses.replace(base, source=source)
 
 
-def prepare(tree: str, variants: List[str], build: bool = True) -> Session:
-	"""Fetch and check Debian's kernel of TREE and, with BUILD, build what
-	its guests boot; the session of a run of VARIANTS on it."""
-	if JUDGED_AS not in variants:
-		raise Problem(f'KERNEL=debian-{tree}: Debian\'s kernel is {JUDGED_AS}: VARIANTS={" ".join(variants)} lacks it')
+def check(tree: str, build: bool) -> Session:
+	"""Debian's kernel of TREE checked as --bzimage checks a kernel and,
+	with BUILD, fetched first and what its guests boot built."""
 	if build:
 		fetch(tree)
-	elif not fetched(tree):
-		raise Problem(f'KERNEL=debian-{tree}: Debian\'s kernel is not fetched yet (make test KERNEL=debian-{tree} '
-			      'fetches it)')
-	if build:
 		own_kbuild(tree)
+	elif not fetched(tree):
+		raise Problem(tree, f'Debian\'s kernel is not fetched yet (make test KERNEL=debian-{tree} fetches it)')
 	try:
 		base = bzimage.prepare(image(tree), JUDGED_AS, build, modules=home(tree) / 'modules/kernel',
 				       named=named(tree), build_at=home(tree), make_vars=compiler_overrides(tree))
 	except bzimage.Problem as problem:
-		raise Problem(str(problem))
+		raise Problem(tree, str(problem))
 	if base.tree != tree:
-		raise Problem(f'KERNEL=debian-{tree}: {named(tree)} is a kernel of {base.tree}')
-	own = [v for v in variants if v != JUDGED_AS]
-	if build and own:
-		make = subprocess.run(['make', '--no-print-directory', '-C', str(TOP), 'initramfs', f'KERNEL={tree}',
-				       f'VARIANTS={" ".join(own)}'], check=False, env=bzimage.MAKE_ENV)
-		if make.returncode != 0:
-			raise Problem(f'KERNEL=debian-{tree}: building this project\'s {" ".join(own)} of {tree} failed (above)')
-		for variant in own:
-			link_own(tree, variant)
+		raise Problem(tree, f'{named(tree)} is a kernel of {base.tree}')
+	return base
+
+
+def prepare(tree: str, variants: List[str], build: bool = True) -> Session:
+	"""The session of a run of VARIANTS on Debian's kernel of TREE and,
+	with BUILD, what its guests boot, built."""
+	if JUDGED_AS not in variants:
+		raise Problem(tree, f'Debian\'s kernel is {JUDGED_AS}: VARIANTS={" ".join(variants)} lacks it')
+	base = check(tree, build)
+	if build:
+		build_own(tree, own_variants(variants))
 	return session(tree, variants, base)
 
 

@@ -25,7 +25,7 @@ import re
 import shutil
 import subprocess
 import sys
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 DEPENDS_RE = re.compile(rb'\0depends=([^\0]*)\0')
 COMPRESSED = ('', '.xz', '.zst', '.gz')
@@ -35,9 +35,15 @@ class Problem(Exception):
 	pass
 
 
+def stem_and_compression(path: pathlib.Path) -> Tuple[str, str]:
+	"""crc-t10dif.ko.xz: crc-t10dif and .xz."""
+	stem, _, compression = path.name.partition('.ko')
+	return stem, compression
+
+
 def module_name(path: pathlib.Path) -> str:
 	"""A module's name as depends= and /sys/module say it."""
-	return path.name.split('.ko', 1)[0].replace('-', '_')
+	return stem_and_compression(path)[0].replace('-', '_')
 
 
 def read_module(path: pathlib.Path) -> bytes:
@@ -65,7 +71,7 @@ def found(root: pathlib.Path, path: str) -> Optional[pathlib.Path]:
 
 def index(root: pathlib.Path) -> Dict[str, pathlib.Path]:
 	"""ROOT's modules by name."""
-	return {module_name(p): p for p in sorted(root.rglob('*.ko*')) if p.name.split('.ko', 1)[1] in COMPRESSED}
+	return {module_name(p): p for p in sorted(root.rglob('*.ko*')) if stem_and_compression(p)[1] in COMPRESSED}
 
 
 def install(elf: bytes, dest: pathlib.Path) -> None:
@@ -94,7 +100,7 @@ def stage(dest: pathlib.Path, root: pathlib.Path, paths: List[str], dependencies
 			continue
 		elf = read_module(modules[name])
 		# Its file's own name, as depends= says it (crc-t10dif).
-		install(elf, dest / 'kernel' / (modules[name].name.split('.ko', 1)[0] + '.ko'))
+		install(elf, dest / 'kernel' / (stem_and_compression(modules[name])[0] + '.ko'))
 		wanted += depends(elf)
 
 
@@ -106,12 +112,12 @@ def main(argv: List[str]) -> int:
 		return 2
 	dest, root = pathlib.Path(argv[0]), pathlib.Path(argv[1])
 	if not root.is_dir():
-		print(f'kernel-modules: {root}: no such directory', file=sys.stderr)
+		print(f'kernelmods: {root}: no such directory', file=sys.stderr)
 		return 1
 	try:
 		stage(dest, root, argv[2:], dependencies)
 	except (Problem, OSError, lzma.LZMAError, subprocess.CalledProcessError) as problem:
-		print(f'kernel-modules: {problem}', file=sys.stderr)
+		print(f'kernelmods: {problem}', file=sys.stderr)
 		return 1
 	return 0
 

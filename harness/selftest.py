@@ -1087,6 +1087,13 @@ class BzImage(unittest.TestCase):
 			(obj / name).write_text('fake')
 		fake = FakeBuild()
 		self.addCleanup(fake.close)
+		# A module that stands for what base.config builds in must be there.
+		(obj / 'drivers/scsi').mkdir(parents=True, exist_ok=True)
+		(obj / 'drivers/scsi/sd_mod.ko').write_text('fake')
+		done = fake.run('pass', '--bzimage', str(obj / 'arch/x86/boot/bzImage'), '--list')
+		self.assertEqual(done.returncode, 2, done.stdout)
+		self.assertIn('has no scsi_mod.ko: the cases load it', done.stderr)
+		(obj / 'drivers/scsi/scsi_mod.ko').write_text('fake')
 		done = fake.run('pass', '--bzimage', str(obj / 'arch/x86/boot/bzImage'), '--list')
 		self.assertEqual(done.returncode, 0, done.stderr)
 		lines = done.stdout.splitlines()
@@ -1436,6 +1443,21 @@ class RaceDemo(unittest.TestCase):
 						1, [], [], '', results.Verdict(results.Status.PASS), results=[step])
 			self.assertEqual(race_demo.held(race_demo.Facts(record))[1], cell, variant)
 
+	def test_debian_s_kernel_is_vanilla_beside_fixed(self):
+		race_demo = load_script('race-demo')
+		ran = {}
+
+		def run(args, env, check):
+			ran.update(args=[str(a) for a in args], variants=env['VARIANTS'])
+			return subprocess.CompletedProcess(args, 2)
+		with unittest.mock.patch.object(race_demo.subprocess, 'run', run):
+			self.assertEqual(race_demo.main(['--debian', '6.1']), 2)
+		self.assertEqual(ran['variants'], 'vanilla fixed')
+		self.assertEqual(ran['args'][1:3], ['--debian', '6.1'])
+		with contextlib.redirect_stderr(io.StringIO()) as said:
+			self.assertEqual(race_demo.main(['--debian', '5.4']), 2)
+		self.assertIn('usage: harness/race-demo', said.getvalue())
+
 	def test_every_row_names_a_case(self):
 		race_demo = load_script('race-demo')
 		cases, errors = plan.parse_cases(TABLE)
@@ -1532,7 +1554,7 @@ class Distro(unittest.TestCase):
 		(headers / 'arch/x86/boot').mkdir(parents=True)
 		(headers / 'arch/x86/boot/bzImage').symlink_to(home / 'vmlinuz')
 		(home / 'headers').symlink_to(headers)
-		for name in bzimage.in_tree_modules():
+		for name in bzimage.in_tree_modules() + ['drivers/scsi/scsi_mod.ko']:
 			(home / 'modules/kernel' / (name + '.xz')).parent.mkdir(parents=True, exist_ok=True)
 			(home / 'modules/kernel' / (name + '.xz')).write_text('fake')
 		(home / 'release').write_text('6.1.0-57-amd64 6.1.192-3\n')
