@@ -276,21 +276,23 @@ def dry_run(opts: argparse.Namespace, session: Session, scenarios: List[Scenario
 	return 0
 
 
+def run_session(opts: argparse.Namespace) -> Session:
+	"""make's session, or that of a kernel not built here (--bzimage,
+	--debian), built for unless the run boots nothing."""
+	build = not (opts.list or opts.matrix or opts.dry_run)
+	try:
+		if opts.bzimage:
+			return bzimage.prepare(opts.bzimage, opts.as_variant, build=build)
+		if opts.debian:
+			return distro.prepare(opts.debian, opts.variants, build=build)
+	except (bzimage.Problem, distro.Problem) as problem:
+		raise Refusal(str(problem))
+	return Session.from_environment()
+
+
 def main(argv: List[str]) -> int:
 	opts = parse_args(argv)
-	session = Session.from_environment()
-	if opts.bzimage:
-		try:
-			session = bzimage.prepare(opts.bzimage, opts.as_variant,
-						  build=not (opts.list or opts.matrix or opts.dry_run))
-		except bzimage.Problem as problem:
-			raise Refusal(str(problem))
-	elif opts.debian:
-		try:
-			session = distro.prepare(opts.debian, opts.variants,
-						 build=not (opts.list or opts.matrix or opts.dry_run))
-		except distro.Problem as problem:
-			raise Refusal(str(problem))
+	session = run_session(opts)
 	scenarios = compile_plan(opts, session)
 	names = [s.name for s in scenarios]
 	if opts.matrix:
