@@ -10,7 +10,8 @@
 #
 # Everything generated lives under build/KERNEL/ (ignored by git); KERNEL=TREE
 # picks another of the trees of kernel-patches/ (each a directory there)
-# than kernel-patches/default-tree.
+# than kernel-patches/default-tree; make test|race-demo KERNEL=debian-TREE
+# runs Debian's own kernel of TREE (harness/distro.py).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c

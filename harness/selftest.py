@@ -1456,7 +1456,7 @@ class RaceDemo(unittest.TestCase):
 		self.assertEqual(ran['args'][1:3], ['--debian', '6.1'])
 		with contextlib.redirect_stderr(io.StringIO()) as said:
 			self.assertEqual(race_demo.main(['--debian', '5.4']), 2)
-		self.assertIn('usage: harness/race-demo', said.getvalue())
+		self.assertIn('race-demo: --debian TREE, one of 6.1, 6.12, 7.3, without --designs', said.getvalue())
 
 	def test_every_row_names_a_case(self):
 		race_demo = load_script('race-demo')
