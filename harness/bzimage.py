@@ -214,8 +214,10 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True, modules: Opti
 	absent += [f'{name}.ko' for name in modules_lacking(config, modules)]
 	if absent:
 		raise Problem(f'{named}: {modules} has no {absent[0]}: the cases load it (make modules)')
+	signed = options(config).get('CONFIG_MODULE_SIG') == 'CONFIG_MODULE_SIG=y'
 	print(f'harness: {named}: {release}, configuration from {where}: has what the guest needs; '
-	      f'judged as {variant} of {tree}' + ''.join(f'; boots with {a}' for a in args), flush=True)
+	      f'judged as {variant} of {tree}' + ''.join(f'; boots with {a}' for a in args) +
+	      ('; it checks module signatures: ours are unsigned, and taint it E' if signed else ''), flush=True)
 	if lacks:
 		print(f'harness: it lacks what some cases need (kernel-patches/config/case-needs): '
 		      f'{", ".join(lacks)}: those are skipped, each naming what it needs', flush=True)
