@@ -421,7 +421,7 @@ ifeq ($(BZIMAGE_OBJ),)
 KTAP_HELPERS_FILE := $(PRISTINE)/$(KTAP_HELPERS)
 else
 KTAP_HELPERS_FILE := $(BUILD)/tools/$(notdir $(KTAP_HELPERS))
-$(KTAP_HELPERS_FILE):
+$(KTAP_HELPERS_FILE): | $(FETCHED_SOURCE)
 	@[ -f $(KERNEL_TARBALL) ] || { echo "make: $@ comes from $(KERNEL_TARBALL): make deps KERNEL=$(KERNEL) installs it, or kernel-patches/fetch-source $(KERNEL) fetches it" >&2; exit 1; }
 	@mkdir -p $(@D)
 	@tar -xJf $(KERNEL_TARBALL) -O --wildcards '*/$(KTAP_HELPERS)' > $@.tmp && mv $@.tmp $@

@@ -120,11 +120,11 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 		if opts.repeat != 1 or opts.matrix:
 			parser.error('--shell and --gdb run one scenario once')
 		opts.boot, opts.jobs, opts.timeout = 'cold', 1, INTERACTIVE_TIMEOUT_S
-	opts.variants = os.environ.get('VARIANTS', '').split() or plan.test_variants()
-	if opts.bzimage:
-		opts.variants = [opts.as_variant]
-	elif opts.debian and not os.environ.get('VARIANTS', '').split():
-		opts.variants = [distro.JUDGED_AS]
+	# --bzimage's kernel is one variant; Debian's is vanilla, beside what
+	# VARIANTS names of ours.
+	named = os.environ.get('VARIANTS', '').split()
+	opts.variants = ([opts.as_variant] if opts.bzimage else named or
+			 ([distro.JUDGED_AS] if opts.debian else plan.test_variants()))
 	opts.own_name = own_image_name(opts.image) if opts.image else None
 	return opts
 

@@ -141,16 +141,12 @@ def fetch(tree: str) -> None:
 
 
 def tree_source(tree: str) -> str:
-	"""TREE's source tarball, fetched unless installed (as make
-	KERNEL=debian-TREE's deps do): what this project's kernels of TREE
-	and the kbuild built here are built from."""
-	tarball = subprocess.run([str(TOP / 'kernel-patches/fetch-source'), '--tarball', '--fetched', tree],
-				 capture_output=True, text=True, check=True).stdout.strip()
-	if not (TOP / tarball).is_file():
-		done = subprocess.run([str(TOP / 'kernel-patches/fetch-source'), tree], check=False)
-		if done.returncode != 0:
-			raise Problem(tree, f'fetching linux-source-{tree} failed (above)')
-	return tarball
+	"""TREE's source tarball: the installed package's, else one fetched
+	(make fetches it when missing, as for make KERNEL=debian-TREE): what
+	this project's kernels of TREE, the kbuild built here and the
+	image's ktap_helpers.sh come from, with nothing installed."""
+	return subprocess.run([str(TOP / 'kernel-patches/fetch-source'), '--tarball', '--fetched', tree],
+			      capture_output=True, text=True, check=True).stdout.strip()
 
 
 def make(tree: str, *args: str) -> bool:
@@ -210,7 +206,8 @@ def check(tree: str, build: bool) -> Session:
 		raise Problem(tree, f'Debian\'s kernel is not fetched yet (make test KERNEL=debian-{tree} fetches it)')
 	try:
 		base = bzimage.prepare(image(tree), JUDGED_AS, build, modules=home(tree) / 'modules/kernel',
-				       named=named(tree), build_at=home(tree), make_vars=compiler_overrides(tree))
+				       named=named(tree), build_at=home(tree),
+				       make_vars=[f'KERNEL_TARBALL={tree_source(tree)}', *compiler_overrides(tree)])
 	except bzimage.Problem as problem:
 		raise Problem(tree, str(problem))
 	if base.tree != tree:
