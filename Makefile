@@ -87,8 +87,8 @@ export RACEBLK_SOURCE := $(KERNEL_SRC) ($(SRC_VERSION), $(shell git -C $(KERNEL_
 # is DIR, and the cases expect what they expect on the nearest known tree.
 else ifneq ($(BZIMAGE_OBJ),)
 override BZIMAGE_OBJ := $(abspath $(BZIMAGE_OBJ))
-ifneq ($(filter-out initramfs build-dir,$(MAKECMDGOALS)),)
-$(error BZIMAGE_OBJ: make initramfs or build-dir only (harness/run --bzimage runs the rest))
+ifneq ($(filter-out initramfs build-dir tsc-khz,$(MAKECMDGOALS)),)
+$(error BZIMAGE_OBJ: make initramfs, build-dir or tsc-khz only (harness/run --bzimage runs the rest))
 endif
 BZIMAGE_RELEASE := $(shell cat $(BZIMAGE_OBJ)/include/config/kernel.release 2> /dev/null)
 # Its modules are built with the compiler it was built with: clang's
@@ -217,8 +217,11 @@ INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
 	$(foreach i,$(IMAGES),$(BUILD)/initramfs/images/$(i).cpio.gz)
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
+# The host's TSC rate, which a kernel not built here is told at boot
+# (harness/tsc-khz.c says why).
+TSC_KHZ := $(BUILD)/tools/tsc-khz
 
-.PHONY: all deps deps-check source-version build-dir check docs kernel kernels driver images initramfs test race-demo bench soak \
+.PHONY: all deps deps-check source-version build-dir check docs kernel kernels driver images initramfs tsc-khz test race-demo bench soak \
 	images-check series-check series-export series-tree survey clean distclean
 all: initramfs
 
@@ -273,7 +276,8 @@ source-version:
 kernel kernels: $(KERNELS)
 driver: $(MODULES)
 images: $(IMAGE_FILES)
-initramfs: $(INITRAMFS)
+initramfs: $(INITRAMFS) $(TSC_KHZ)
+tsc-khz: $(TSC_KHZ)
 
 # --- kernels -----------------------------------------------------------------
 # Debian's tree is extracted once (build/KERNEL/src/pristine).  Each
@@ -569,6 +573,11 @@ images-check: images
 	@cd $(BUILD)/images && sha256sum $(addsuffix .img,$(IMAGES)) > ../images.sha256
 	@cd $(BUILD)/images-check && sha256sum -c --quiet ../images.sha256 && \
 		echo "images-check: $(words $(IMAGES)) images, the same sha256 on a second build"
+
+$(TSC_KHZ): harness/tsc-khz.c
+	@mkdir -p $(@D)
+	@echo "  HOSTCC  $@"
+	@gcc -O2 -Wall -Wextra -Werror -o $@ $<
 
 $(BUILD)/guest/%: harness/guest/%.c
 	@mkdir -p $(@D)
