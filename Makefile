@@ -137,13 +137,10 @@ export KERNEL_TARBALL
 # The harness scripts find the tree's builds and results through these.
 export KERNEL
 export RACEBLK_BUILD := $(BUILD)
-# The default variants (kernel-patches/variants), and what make test
-# builds: those and the +NAME ones, for the rows naming them only.
-DEFAULT_VARIANTS := $(call facts,default)
+# What make test builds: the default variants (kernel-patches/variants)
+# and the +NAME ones, for the rows naming them only.  (make race-demo
+# builds its columns: harness/race-demo knows them.)
 VARIANTS ?= $(call facts,test)
-# make race-demo DESIGNS=1's columns: vanilla, fixed and the other designs
-# of the module change (kernel-patches/designs), built on demand.
-DESIGN_COLUMNS := $(call facts,design-column)
 # What a variant is: VARIANT:SERIES:FRAGMENTS:SOAK (plan.py reads its name,
 # SERIES-FRAGMENT..., and its fragments' "# harness:" lines).
 comma := ,
@@ -598,10 +595,14 @@ $(BUILD)/initramfs/images/%.cpio.gz: $(BUILD)/images/%.img images/%.expected \
 	@harness/mkinitramfs --image $@ $< images/$*.expected $(wildcard images/$*.*.expected)
 
 # --- entry points ------------------------------------------------------------
+# harness/run --build makes each kernel and its archives in turn and runs
+# its scenarios while the next one builds; --module builds against every
+# kernel first.  KERNEL=debian-TREE: harness/run --debian builds what it
+# needs (Debian's kernel's raceblk, this project's fixed of TREE).
 test: deps
 ifneq ($(DEBIAN_TREE),)
 	@harness/run -j $(JOBS) --debian $(DEBIAN_TREE) $(OWN_IMAGE_ARGS)
-else
+else ifneq ($(MODULE),)
 	@$(MAKE) --no-print-directory initramfs images-check
 	@# Built means up to date: a kernel restored from the cache once
 	@# looked stale again, and every make restored it and rebuilt all
@@ -609,14 +610,13 @@ else
 	@$(MAKE) --no-print-directory -q initramfs || \
 		{ echo "build: make initramfs still has work right after it ran (make -d -q initramfs says what)" >&2; exit 1; }
 	@VARIANTS="$(VARIANTS)" harness/run -j $(JOBS) $(OWN_IMAGE_ARGS) $(OWN_MODULE_ARGS)
+else
+	@$(MAKE) --no-print-directory images-check
+	@VARIANTS="$(VARIANTS)" harness/run --build -j $(JOBS) $(OWN_IMAGE_ARGS)
 endif
 
-# KERNEL=debian-TREE: harness/run --debian builds what it needs (Debian's
-# kernel's raceblk, this project's fixed of TREE).
 race-demo: deps
-	@$(if $(DEBIAN_TREE),,$(MAKE) --no-print-directory initramfs \
-		VARIANTS="$(if $(DESIGNS),$(DESIGN_COLUMNS),$(DEFAULT_VARIANTS))")
-	@harness/race-demo $(if $(DEBIAN_TREE),--debian $(DEBIAN_TREE)) $(if $(DESIGNS),--designs) \
+	@harness/race-demo $(if $(DEBIAN_TREE),--debian $(DEBIAN_TREE),--build) $(if $(DESIGNS),--designs) \
 		$(if $(BACKEND),--backend $(BACKEND)) $(OWN_IMAGE_ARGS)
 
 # Every prefix of the series builds and is checkpatch --strict clean; the

@@ -9,7 +9,7 @@ import os
 import pathlib
 import shutil
 import sys
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import golden
 import guestvm
@@ -106,7 +106,8 @@ class Guests:
 		probe = self.session.build / 'accel-probe'
 		shutil.rmtree(probe, ignore_errors=True)
 		probe.mkdir(parents=True)
-		variant = self.opts.variants[0]
+		# The first variant the run boots (with --build, the first made).
+		variant = next(v for v in self.opts.variants if any(s.variant == v for s in self.scenarios))
 		write_initrd(self.session, variant, plan.DEFAULT_IMAGE, probe / 'initrd')
 		message = guestvm.scenario_message(variant, 'probe', plan.DEFAULT_IMAGE, (), ())
 		try:
@@ -164,24 +165,36 @@ class Guests:
 			return f'the guest gave no KTAP ({outcome}); its console:\n{guestvm.log_tail(console)}'
 		return ''
 
-	def choose_boots(self) -> str:
-		"""Per variant and machine, snapshot restores or cold boots; saves
-		the snapshots wanted, in parallel."""
+	def wanted_snapshots(self) -> List[Tuple[str, str]]:
+		"""The (variant, machine) pairs whose guests are restored from a
+		snapshot: --snapshot, or SNAPSHOT_MIN boots or more in the run.
+		Only a machine whose traits say so has snapshots; the others boot
+		cold.  Each --repeat run is a boot of its own."""
 		boots: Dict[Tuple[str, str], int] = {}
-		# Only a machine whose traits say so has snapshots; the others
-		# boot cold.  Each --repeat run is a boot of its own.
 		for scenario in self.scenarios:
 			if 'snapshot' in plan.machine_traits(scenario.machine):
 				key = (scenario.variant, scenario.machine)
 				boots[key] = boots.get(key, 0) + self.opts.repeat
-		wanted = [k for k, n in boots.items()
-			  if self.opts.boot == 'snapshot' or (self.opts.boot == 'auto' and n >= SNAPSHOT_MIN)]
+		return [k for k, n in boots.items()
+			if self.opts.boot == 'snapshot' or (self.opts.boot == 'auto' and n >= SNAPSHOT_MIN)]
+
+	def save_snapshots(self, wanted: List[Tuple[str, str]]) -> None:
+		"""Save the snapshots WANTED, in parallel; cold boots for those
+		that cannot be saved."""
 		with concurrent.futures.ThreadPoolExecutor(max(1, min(len(wanted), self.opts.jobs))) as pool:
 			for (variant, kind), why in zip(wanted, pool.map(self.save_snapshot, wanted)):
 				if why:
 					shown = variant if kind == plan.DEFAULT_MACHINE else f'{variant} on {kind}'
 					print(f'harness: cannot save a snapshot of {shown}; cold boots instead. {why}',
 					      file=sys.stderr)
-		kinds = {self.snapshot_of(s) is not None for s in self.scenarios}
+
+	def choose_boots(self) -> str:
+		"""Per variant and machine, snapshot restores or cold boots; saves
+		the snapshots wanted."""
+		self.save_snapshots(self.wanted_snapshots())
+		return self.boot_kind(lambda s: self.snapshot_of(s) is not None)
+
+	def boot_kind(self, restored: Callable[[Scenario], bool]) -> str:
+		kinds = {restored(s) for s in self.scenarios}
 		return {frozenset([True]): 'snapshots', frozenset([False]): 'cold boots'}.get(
 			frozenset(kinds), 'snapshots and cold boots')

@@ -14,7 +14,7 @@ import ownmod
 import plan
 from own import own_image_name
 
-USAGE = ('harness/run [-j N] [--cold|--snapshot] [--list|--dry-run] [--matrix N] [--filter GLOBS] '
+USAGE = ('harness/run [-j N] [--build] [--cold|--snapshot] [--list|--dry-run] [--matrix N] [--filter GLOBS] '
 	 '[--shard I/N] [--timeout SECONDS] [--cases FILE] [--repeat N] [--image PATH [--expected FILE]] '
 	 '[--shell] [--gdb [PORT]] [--module FILE --module-disk NAME --module-fail PARAMS '
 	 '[--module-params PARAMS]] [--bzimage FILE [--as VARIANT] | --debian TREE]')
@@ -47,6 +47,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 			   help='boot every guest from scratch')
 	boots.add_argument('--snapshot', dest='boot', action='store_const', const='snapshot',
 			   help='restore every guest from its variant\'s snapshot')
+	parser.add_argument('--build', action='store_true',
+			    help='make each variant\'s kernel and archives in turn (make initramfs VARIANTS=V), '
+			    'running the scenarios of those made meanwhile')
 	parser.add_argument('--list', action='store_true', help='list the scenarios, run none')
 	parser.add_argument('--dry-run', action='store_true',
 			    help='print each scenario with the qemu.cmd that boots its guest by hand; boot nothing')
@@ -96,6 +99,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	opts = parser.parse_args(argv)
 	if opts.debian and opts.bzimage:
 		parser.error('--debian or --bzimage: one kernel not built here')
+	if opts.build and (opts.debian or opts.bzimage or opts.module):
+		parser.error('--build makes this project\'s kernels: not with --debian, --bzimage or --module '
+			     '(they build what they need first)')
 	if opts.expected and not opts.image:
 		parser.error('--expected goes with --image')
 	opts.own_module = None

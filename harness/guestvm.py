@@ -69,6 +69,19 @@ def kill_all() -> None:
 				pass
 
 
+def track(proc: subprocess.Popen) -> None:
+	"""PROC (in a process group of its own) is killed with the guests."""
+	with _running_lock:
+		_running[proc.pid] = proc
+	if stopping():
+		kill_all()
+
+
+def untrack(proc: subprocess.Popen) -> None:
+	with _running_lock:
+		_running.pop(proc.pid, None)
+
+
 def stopping() -> bool:
 	return _stopping.is_set()
 
@@ -290,10 +303,7 @@ class Guest:
 							     start_new_session=True)
 			except OSError as err:
 				raise Fault(f'cannot start {QEMU}: {err}') from err
-		with _running_lock:
-			_running[self.proc.pid] = self.proc
-		if stopping():
-			kill_all()
+		track(self.proc)
 
 	def _qemu_gone(self, what: str) -> Fault:
 		status = self.proc.poll() if self.proc else None

@@ -108,7 +108,8 @@ def report_failure(record: Record, own_image: bool, own_expected: bool) -> None:
 		print('    console (crash):' if record.crash else '    console (last lines):')
 		for line in record.console_excerpt.splitlines()[:30]:
 			print(f'      {line}')
-	print(f'    logs: {record.logs}/')
+	if record.logs:
+		print(f'    logs: {record.logs}/')
 
 
 def write_reports(run: Report, session: Session) -> None:

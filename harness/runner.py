@@ -31,6 +31,7 @@ records, the reports), control.py (the lock, the signals), byhand.py
 
 import argparse
 import concurrent.futures
+import contextlib
 import fnmatch
 import json
 import os
@@ -42,9 +43,10 @@ import tempfile
 import threading
 import time
 import traceback
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import boots
+import builds
 import byhand
 import bzimage
 import distro
@@ -129,10 +131,47 @@ def check_built(session: Session, scenarios: List[Scenario], variants: List[str]
 class Runner(boots.Guests):
 	"""One run: its guests, each booted and judged."""
 
-	def __init__(self, opts: argparse.Namespace, session: Session, scenarios: List[Scenario], sockdir: str):
+	def __init__(self, opts: argparse.Namespace, session: Session, scenarios: List[Scenario], sockdir: str,
+		     made: Optional[builds.Builds] = None):
 		super().__init__(opts, session, scenarios, sockdir)
 		self.print_lock = threading.Lock()
 		self.done, self.total = 0, len(scenarios) * opts.repeat
+		# --build: the kernels are made as the run goes, fewer guests at
+		# once meanwhile; each variant is checked, and its snapshots
+		# saved, once it is made (why not, by variant, when it was not).
+		self.made = made
+		self.gate = builds.Gate(opts.jobs, made) if made else contextlib.nullcontext()
+		self.prepared: Dict[str, str] = {}
+		self.prepare_lock = threading.Lock()
+
+	def prepare(self, variant: str) -> str:
+		"""With --build, once VARIANT is made: check what it built and save
+		its snapshots.  '' when its guests can boot, else why not."""
+		with self.prepare_lock:
+			if variant not in self.prepared:
+				why = self.made.wait(variant) if self.made else ''
+				if not why:
+					try:
+						check_built(self.session, [s for s in self.scenarios if s.variant == variant], [variant])
+						self.save_snapshots([k for k in self.wanted_snapshots() if k[0] == variant])
+					except Refusal as refusal:
+						why = str(refusal)
+				self.prepared[variant] = why
+			return self.prepared[variant]
+
+	def run_made(self, scenario: Scenario, k: int) -> Run:
+		"""Run K of SCENARIO once its kernel is there (--build: made)."""
+		if self.made:
+			self.made.wait(scenario.variant)
+		with self.gate:
+			why = self.prepare(scenario.variant) if self.made else ''
+			if guestvm.stopping():
+				return run_of(k, Verdict.cut_short())
+			if not why:
+				return self.run_once(scenario, k)
+		run = run_of(k, Verdict(results.Status.ERROR, why))
+		self.print_run(scenario, run)
+		return run
 
 	def run_dir(self, scenario: Scenario, k: int) -> pathlib.Path:
 		base = self.session.results / scenario.name
@@ -232,17 +271,26 @@ class Runner(boots.Guests):
 			for title in run.known_reports:
 				print(f'      known report, not the series\' (docs/reliability.md): {title}', flush=True)
 
+def submission_order(runner: Runner) -> List[Tuple[int, Scenario]]:
+	"""The scenarios (with their index in the plan), those of the kernel
+	made first first (--build); else as planned."""
+	order = list(enumerate(runner.scenarios))
+	if runner.made:
+		order.sort(key=lambda pair: runner.made.order.index(pair[1].variant))
+	return order
+
+
 def run_all(runner: Runner, opts: argparse.Namespace, signals: Signals) -> List[Record]:
 	"""Every scenario on a pool of -j threads, each driving its guest's
 	QEMU; after a signal, the records of the scenarios that finished."""
 	runs: Dict[int, List[Run]] = {}
 	with concurrent.futures.ThreadPoolExecutor(opts.jobs) as pool:
 		futures = {}
-		for index, scenario in enumerate(runner.scenarios):
+		for index, scenario in submission_order(runner):
 			if opts.repeat > 1:
 				shutil.rmtree(runner.session.results / scenario.name, ignore_errors=True)
 			for k in range(1, opts.repeat + 1):
-				futures[pool.submit(runner.run_once, scenario, k)] = index
+				futures[pool.submit(runner.run_made, scenario, k)] = index
 		pending = set(futures)
 		while pending:
 			_, pending = concurrent.futures.wait(pending, timeout=0.5)
@@ -310,7 +358,11 @@ def main(argv: List[str]) -> int:
 		return dry_run(opts, session, scenarios)
 	lock = Lock(session)
 	digest = prepare_own_image(opts, session) if opts.image else None
-	check_built(session, scenarios, opts.variants)
+	made = None
+	if opts.build:
+		made = builds.Builds([v for v in opts.variants if any(s.variant == v for s in scenarios)], opts.jobs)
+	else:
+		check_built(session, scenarios, opts.variants)
 	if opts.own_module:
 		prepare_own_module(opts, session, sorted({s.variant for s in scenarios}))
 	# The last run's reports go: a run that ends early must not leave them
@@ -325,9 +377,19 @@ def main(argv: List[str]) -> int:
 	try:
 		# Sockets under /tmp: a unix socket's path has at most 107 bytes.
 		with tempfile.TemporaryDirectory(prefix='raceblk-', dir='/tmp') as sockdir:
-			runner = Runner(opts, session, scenarios, sockdir)
-			runner.choose_accel()
-			if not signals.caught:
+			runner = Runner(opts, session, scenarios, sockdir, made)
+			if made:
+				# The probe for KVM boots the first kernel made.
+				made.start()
+				if made.wait(made.order[0]):
+					runner.cached_accel()
+				else:
+					runner.choose_accel()
+				wanted = set(runner.wanted_snapshots())
+				boot_kind = runner.boot_kind(lambda s: (s.variant, s.machine) in wanted) + ' as each kernel is made'
+			else:
+				runner.choose_accel()
+			if not signals.caught and not made:
 				boot_kind = runner.choose_boots()
 			runs = '' if opts.repeat == 1 else f' x {opts.repeat} runs'
 			print(f'harness: {len(scenarios)} scenarios{runs} on {session.source}, '

@@ -50,6 +50,7 @@ import verdict  # noqa: E402
 
 TABLE = plan.TABLE
 FAKE_QEMU = HARNESS / 'selftest/fake-qemu'
+FAKE_MAKE = HARNESS / 'selftest/fake-make'
 XSD = HARNESS / 'selftest/junit-10.xsd'
 SUMMARY_RE = re.compile(r'^(\d+) passed, (\d+) failed, (\d+) skipped$')
 # Six scenarios of one variant, for the runs that need several.
@@ -941,6 +942,67 @@ class Input(unittest.TestCase):
 
 
 @unittest.skipUnless(shutil.which('parted'), 'needs parted (apt-get install parted)')
+class Build(Case):
+	"""--build: each kernel made in turn, its scenarios run while the next
+	builds; a failed build is an error of its scenarios, not a lost run."""
+
+	FILTER = '*/none/mbr-primary */after_add_disk/mbr-primary'
+
+	def setUp(self):
+		self.fake = FakeBuild(variants=('vanilla', 'fixed'))
+		self.addCleanup(self.fake.close)
+		for variant in self.fake.variants:
+			(self.fake.build / f'kernel/{variant}/obj/arch/x86/boot/bzImage').unlink()
+			(self.fake.build / f'initramfs/{variant}.cpio').unlink()
+		(self.fake.bin / 'make').symlink_to(FAKE_MAKE)
+
+	def run_built(self, **env):
+		return self.fake.run('pass', '--build', '--filter', self.FILTER,
+				     env={'FAKE_MAKE_STATE': str(self.fake.root), **env})
+
+	def made(self):
+		return (self.fake.root / 'made').read_text().split()
+
+	def test_a_kernel_s_verdicts_come_while_the_next_builds(self):
+		# fixed's make fails unless a guest of vanilla boots meanwhile.
+		done = self.run_built(FAKE_MAKE_AFTER='vanilla')
+		self.assertSummary(done, 4, 0, 0)
+		self.assertEqual(self.made(), ['vanilla', 'fixed'])
+		lines = done.stdout.splitlines()
+		first_verdict = next(i for i, line in enumerate(lines) if line.startswith('PASS'))
+		self.assertTrue(lines[first_verdict].split()[1].startswith('vanilla/'), lines)
+		self.assertIn('as each kernel is made', done.stdout)
+
+	def test_without_it_nothing_is_made(self):
+		done = self.fake.run('pass', '--filter', self.FILTER, env={'FAKE_MAKE_STATE': str(self.fake.root)})
+		self.assertEqual(done.returncode, 2, done.stdout)
+		self.assertRegex(done.stderr, "no kernel or initramfs for '(vanilla|fixed)'")
+		self.assertFalse((self.fake.root / 'made').exists())
+
+	def test_a_failed_build_is_an_error_of_its_scenarios_and_after(self):
+		done = self.run_built(FAKE_MAKE_FAIL='vanilla')
+		self.assertSummary(done, 0, 4, 0)
+		self.assertEqual(self.made(), ['vanilla'])
+		report = {r.name: r for r in self.fake.results().scenarios}
+		self.assertEqual(report['vanilla/none/mbr-primary'].verdict.reason,
+				 'make initramfs VARIANTS=vanilla failed (status 2; its output is above)')
+		self.assertEqual(report['fixed/none/mbr-primary'].verdict.reason,
+				 'not built: the build of vanilla failed')
+		self.assertEqual(self.fake.guests_left(), [])
+
+	def test_a_kernel_still_stale_after_its_make_is_not_booted(self):
+		done = self.run_built(FAKE_MAKE_STALE='fixed')
+		self.assertSummary(done, 2, 2, 0)
+		report = {r.name: r for r in self.fake.results().scenarios}
+		self.assertEqual(report['fixed/after_add_disk/mbr-primary'].verdict.reason,
+				 'make initramfs VARIANTS=fixed still has work right after it ran (make -d -q says what)')
+
+	def test_it_makes_only_this_project_s_kernels(self):
+		done = self.fake.run('pass', '--build', '--debian', '6.1')
+		self.assertEqual(done.returncode, 2, done.stdout)
+		self.assertIn('--build makes this project\'s kernels', done.stderr)
+
+
 class OwnImage(Case):
 	"""--image: the golden table parted gives, whatever the path."""
 

@@ -1,0 +1,126 @@
+# SPDX-License-Identifier: GPL-2.0
+"""harness/run --build: each variant's kernel and archives are made one
+after the other (make initramfs VARIANTS=V, in the run's order of
+variants) while the scenarios of the variants already made run, so that
+the first verdicts come while the next kernel builds.
+
+On two cores a compile and the guests share the CPUs: while a kernel
+builds, fewer guests run at once (GUESTS_WHILE_BUILDING of -j); when the
+last one is made, the run has all of -j.  A variant whose build failed,
+and every one after it, is not made: their scenarios are errors naming
+the build.
+"""
+
+import os
+import subprocess
+import threading
+from typing import Dict, List
+
+import guestvm
+import plan
+
+# A make of ours runs on its own: not a part of the make that started
+# harness/run (its flags, its jobserver), but in its tree (KERNEL, ...).
+MAKE_ENV = {k: v for k, v in os.environ.items() if k not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL')}
+
+
+def guests_while_building(jobs: int) -> int:
+	"""Guests at once while a kernel builds: half of -j, at least one."""
+	return max(1, jobs // 2)
+
+
+class Builds:
+	"""The run's variants, made in order in a thread of their own."""
+
+	def __init__(self, variants: List[str], jobs: int):
+		self.order, self.jobs = list(variants), jobs
+		self.made = {v: threading.Event() for v in self.order}
+		self.failed: Dict[str, str] = {}
+		self.finished = threading.Event()
+		self.thread = threading.Thread(target=self.make_all, name='builds', daemon=True)
+
+	def start(self) -> None:
+		self.thread.start()
+
+	def make_all(self) -> None:
+		try:
+			for variant in self.order:
+				why = self.why_not_made() or self.make(variant)
+				if why:
+					self.failed[variant] = why
+				self.made[variant].set()
+		finally:
+			for event in self.made.values():
+				event.set()
+			self.finished.set()
+
+	def why_not_made(self) -> str:
+		"""Why the next variant is not made: the run was stopped, or an
+		earlier build failed."""
+		if guestvm.stopping():
+			return 'not built: the run was interrupted'
+		failed = next(iter(self.failed), None)
+		return f'not built: the build of {failed} failed' if failed else ''
+
+	def make(self, variant: str) -> str:
+		"""Make VARIANT's kernel, modules and archives: '' or why not.
+		Made means up to date: a kernel restored from the cache once
+		looked stale again, and every make restored it and rebuilt all
+		that depends on it."""
+		goal = ['initramfs', f'VARIANTS={variant}']
+		status = self.run_make(goal + [f'JOBS={self.jobs}'])
+		if status != 0:
+			return f'make {" ".join(goal)} failed (status {status}; its output is above)'
+		if self.run_make(['-q', *goal]) != 0:
+			return f'make {" ".join(goal)} still has work right after it ran (make -d -q says what)'
+		return ''
+
+	@staticmethod
+	def run_make(args: List[str]) -> int:
+		try:
+			proc = subprocess.Popen(['make', '--no-print-directory', '-C', str(plan.TOP), *args], env=MAKE_ENV,
+						stdin=subprocess.DEVNULL, start_new_session=True)
+		except OSError as err:
+			print(f'harness: cannot start make: {err}', flush=True)
+			return 127
+		guestvm.track(proc)
+		try:
+			return proc.wait()
+		finally:
+			guestvm.untrack(proc)
+
+	def wait(self, variant: str) -> str:
+		"""Wait until VARIANT is made: '' when it was, else why not."""
+		self.made[variant].wait()
+		return self.failed.get(variant, '')
+
+	def building(self) -> bool:
+		return not self.finished.is_set()
+
+
+class Gate:
+	"""At most -j guests at once, and fewer while BUILDS still builds."""
+
+	def __init__(self, jobs: int, builds: 'Builds'):
+		self.jobs, self.builds = jobs, builds
+		self.running = 0
+		self.changed = threading.Condition()
+		threading.Thread(target=self.wake_when_built, name='gate', daemon=True).start()
+
+	def limit(self) -> int:
+		return guests_while_building(self.jobs) if self.builds.building() else self.jobs
+
+	def wake_when_built(self) -> None:
+		self.builds.finished.wait()
+		with self.changed:
+			self.changed.notify_all()
+
+	def __enter__(self) -> None:
+		with self.changed:
+			self.changed.wait_for(lambda: self.running < self.limit())
+			self.running += 1
+
+	def __exit__(self, *_) -> None:
+		with self.changed:
+			self.running -= 1
+			self.changed.notify_all()
