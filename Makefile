@@ -210,15 +210,24 @@ CHECK_COMMANDS := shellcheck:shellcheck python3:python3 pyflakes3:pyflakes3 \
 
 KERNELS := $(foreach v,$(VARIANTS),$(BUILD)/kernel/$(v)/obj/arch/x86/boot/bzImage)
 MODULES := $(foreach v,$(VARIANTS),$(BUILD)/driver/$(v)/raceblk.ko)
-INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
+# What a variant's guests boot: its archive and the images' (make
+# initramfs-base), and, for a variant with modules built for another
+# kernel (harness/foreign-modules; none for a kernel of the user's), those
+# in an archive of their own, which only the cases loading them get: the
+# variant's own archive needs no other kernel and no prepared tree, and its
+# guests can boot while those build (harness/run --build).
+BASE_INITRAMFS := $(foreach v,$(VARIANTS),$(BUILD)/initramfs/$(v).cpio) \
 	$(foreach i,$(IMAGES),$(BUILD)/initramfs/images/$(i).cpio.gz)
+FOREIGN_VARIANTS := $(if $(BZIMAGE_OBJ),,$(foreach w,$(call facts,foreign),$(firstword $(subst :, ,$(w)))))
+INITRAMFS := $(BASE_INITRAMFS) \
+	$(foreach v,$(filter $(FOREIGN_VARIANTS),$(VARIANTS)),$(BUILD)/initramfs/foreign/$(v).cpio.gz)
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
 # The host's TSC rate, which a kernel not built here is told at boot
 # (harness/tsc-khz.c says why).
 TSC_KHZ := $(BUILD)/tools/tsc-khz
 
-.PHONY: all deps deps-check source-version build-dir check docs kernel kernels driver images initramfs tsc-khz test race-demo bench soak \
+.PHONY: all deps deps-check source-version build-dir check docs kernel kernels driver images initramfs initramfs-base tsc-khz test race-demo bench soak \
 	images-check series-check series-export series-tree survey clean distclean
 all: initramfs
 
@@ -274,6 +283,7 @@ kernel kernels: $(KERNELS)
 driver: $(MODULES)
 images: $(IMAGE_FILES)
 initramfs: $(INITRAMFS) $(TSC_KHZ)
+initramfs-base: $(BASE_INITRAMFS) $(TSC_KHZ)
 tsc-khz: $(TSC_KHZ)
 
 # --- kernels -----------------------------------------------------------------
@@ -581,10 +591,15 @@ $(BUILD)/guest/%: harness/guest/%.c
 	@echo "  CC      $@ (static)"
 	@gcc -static -s -O2 -Wall -Wextra -Werror -o $@ $<
 
-$(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $$(call foreign_modules,$$*) $(GUEST_BINS) \
+$(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $(GUEST_BINS) \
 		$(wildcard harness/guest/*) harness/mkinitramfs
 	@echo "  CPIO    $@"
 	@harness/mkinitramfs $@ $(<D) $(GUEST_BINS)
+
+$(BUILD)/initramfs/foreign/%.cpio.gz: $$(call foreign_modules,$$*) harness/mkinitramfs
+	@mkdir -p $(@D)
+	@echo "  CPIO    $@"
+	@harness/mkinitramfs --foreign $@ $(BUILD)/driver/$*/foreign
 
 # images/NAME.SERIES.expected: the golden table on one series' kernels,
 # where it differs (fixed drops a partition 6.1 makes).

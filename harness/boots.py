@@ -32,16 +32,23 @@ def answered_ktap(workdir: pathlib.Path) -> bool:
 	return ktap.exists() and ktap.read_bytes().startswith(b'KTAP version 1')
 
 
-def initrd_parts(session: Session, variant: str, image: str, own: bool = False) -> List[pathlib.Path]:
+def initrd_parts(session: Session, variant: str, image: str, own: bool = False,
+		 foreign: bool = False) -> List[pathlib.Path]:
 	"""A cold guest's initramfs: the variant's archive, then the image's,
-	then with OWN the user's module's; the kernel unpacks them all."""
+	then with OWN the user's module's, with FOREIGN the variant's modules
+	built for another kernel; the kernel unpacks them all."""
 	parts = [session.initramfs_of(variant), session.image_archive(image)]
-	return parts + ([session.own_archive(variant)] if own else [])
+	return parts + ([session.own_archive(variant)] if own else []) + ([session.foreign_archive(variant)] if foreign else [])
 
 
-def write_initrd(session: Session, variant: str, image: str, out: pathlib.Path, own: bool = False) -> None:
+def scenario_parts(session: Session, scenario: Scenario, own: bool = False) -> List[pathlib.Path]:
+	"""The archives SCENARIO's guest boots cold."""
+	return initrd_parts(session, scenario.variant, scenario.image, own, plan.loads_foreign_modules(scenario))
+
+
+def write_initrd(parts: List[pathlib.Path], out: pathlib.Path) -> None:
 	with open(out, 'wb') as f:
-		for part in initrd_parts(session, variant, image, own):
+		for part in parts:
 			f.write(part.read_bytes())
 
 
@@ -67,6 +74,11 @@ class Guests:
 		return machine
 
 	def snapshot_of(self, scenario: Scenario) -> Optional[pathlib.Path]:
+		"""The snapshot SCENARIO's guest is restored from; None: a cold
+		boot (a restored guest takes one archive: its image's, so one that
+		loads modules built for another kernel boots cold)."""
+		if plan.loads_foreign_modules(scenario):
+			return None
 		return self.snapshots.get((scenario.variant, scenario.machine))
 
 	def timeout_of(self, variant: str) -> int:
@@ -108,7 +120,7 @@ class Guests:
 		probe.mkdir(parents=True)
 		# The first variant the run boots (with --build, the first made).
 		variant = next(v for v in self.opts.variants if any(s.variant == v for s in self.scenarios))
-		write_initrd(self.session, variant, plan.DEFAULT_IMAGE, probe / 'initrd')
+		write_initrd(initrd_parts(self.session, variant, plan.DEFAULT_IMAGE), probe / 'initrd')
 		message = guestvm.scenario_message(variant, 'probe', plan.DEFAULT_IMAGE, (), ())
 		try:
 			guestvm.run_scenario(self.machine(variant, 'kvm'), probe, self.sockdir, probe / 'initrd',
@@ -133,7 +145,7 @@ class Guests:
 		for _ in range(SAVE_TRIES):
 			shutil.rmtree(snapdir, ignore_errors=True)
 			snapdir.mkdir(parents=True)
-			write_initrd(self.session, variant, plan.DEFAULT_IMAGE, snapdir / 'vm.initrd')
+			write_initrd(initrd_parts(self.session, variant, plan.DEFAULT_IMAGE), snapdir / 'vm.initrd')
 			try:
 				guestvm.save_snapshot(machine, snapdir, self.sockdir, snapdir / 'vm.initrd', vm,
 						      2 * self.timeout_of(variant))
@@ -172,7 +184,7 @@ class Guests:
 		cold.  Each --repeat run is a boot of its own."""
 		boots: Dict[Tuple[str, str], int] = {}
 		for scenario in self.scenarios:
-			if 'snapshot' in plan.machine_traits(scenario.machine):
+			if 'snapshot' in plan.machine_traits(scenario.machine) and not plan.loads_foreign_modules(scenario):
 				key = (scenario.variant, scenario.machine)
 				boots[key] = boots.get(key, 0) + self.opts.repeat
 		return [k for k, n in boots.items()

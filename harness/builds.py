@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: GPL-2.0
 """harness/run --build: each variant's kernel and archives are made one
-after the other (make initramfs VARIANTS=V, in the run's order of
-variants) while the scenarios of the variants already made run, so that
-the first verdicts come while the next kernel builds.
+after the other (make initramfs-base VARIANTS=V, in the run's order of
+variants; then make initramfs for a variant whose cases load modules
+built for another kernel) while the scenarios of the variants already
+made run, so that the first verdicts come while the next kernel builds.
 
 On two cores a compile and the guests share the CPUs: while a kernel
 builds, fewer guests run at once (GUESTS_WHILE_BUILDING of -j); when the
@@ -14,14 +15,17 @@ the build.
 import os
 import subprocess
 import threading
-from typing import Dict, List
+from typing import Dict, List, Set, Tuple
 
 import guestvm
 import plan
 
 # A make of ours runs on its own: not a part of the make that started
 # harness/run (its flags, its jobserver), but in its tree (KERNEL, ...).
-MAKE_ENV = {k: v for k, v in os.environ.items() if k not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL')}
+# A kernel's build says it in whole lines (harness/progress): verdicts
+# come meanwhile.
+MAKE_ENV = {**{k: v for k, v in os.environ.items() if k not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL')},
+	    'PROGRESS_LINES': '1'}
 
 
 def guests_while_building(jobs: int) -> int:
@@ -29,13 +33,24 @@ def guests_while_building(jobs: int) -> int:
 	return max(1, jobs // 2)
 
 
-class Builds:
-	"""The run's variants, made in order in a thread of their own."""
+# make's goals for a variant: its kernel, raceblk, its own archive and the
+# images' (what most guests boot), then the archive of its modules built
+# for another kernel (which prepares more trees, and for vanilla needs
+# fixed's raceblk).
+BASE, ALL = 'initramfs-base', 'initramfs'
+Step = Tuple[str, str]		# (goal, variant)
 
-	def __init__(self, variants: List[str], jobs: int):
+
+class Builds:
+	"""The run's variants, made in a thread of their own: each one's base
+	in order, then the rest of those in FULL (whose scenarios load modules
+	built for another kernel)."""
+
+	def __init__(self, variants: List[str], full: Set[str], jobs: int):
 		self.order, self.jobs = list(variants), jobs
-		self.made = {v: threading.Event() for v in self.order}
-		self.failed: Dict[str, str] = {}
+		self.steps: List[Step] = [(BASE, v) for v in self.order] + [(ALL, v) for v in self.order if v in full]
+		self.made = {step: threading.Event() for step in self.steps}
+		self.failed: Dict[Step, str] = {}
 		self.finished = threading.Event()
 		self.thread = threading.Thread(target=self.make_all, name='builds', daemon=True)
 
@@ -44,35 +59,34 @@ class Builds:
 
 	def make_all(self) -> None:
 		try:
-			for variant in self.order:
-				why = self.why_not_made() or self.make(variant)
+			for step in self.steps:
+				why = self.why_not_made() or self.make(*step)
 				if why:
-					self.failed[variant] = why
-				self.made[variant].set()
+					self.failed[step] = why
+				self.made[step].set()
 		finally:
 			for event in self.made.values():
 				event.set()
 			self.finished.set()
 
 	def why_not_made(self) -> str:
-		"""Why the next variant is not made: the run was stopped, or an
+		"""Why the next step is not made: the run was stopped, or an
 		earlier build failed."""
 		if guestvm.stopping():
 			return 'not built: the run was interrupted'
 		failed = next(iter(self.failed), None)
-		return f'not built: the build of {failed} failed' if failed else ''
+		return f'not built: make {failed[0]} VARIANTS={failed[1]} failed' if failed else ''
 
-	def make(self, variant: str) -> str:
-		"""Make VARIANT's kernel, modules and archives: '' or why not.
-		Made means up to date: a kernel restored from the cache once
-		looked stale again, and every make restored it and rebuilt all
-		that depends on it."""
-		goal = ['initramfs', f'VARIANTS={variant}']
-		status = self.run_make(goal + [f'JOBS={self.jobs}'])
+	def make(self, goal: str, variant: str) -> str:
+		"""Make GOAL for VARIANT: '' or why not.  Made means up to date: a
+		kernel restored from the cache once looked stale again, and every
+		make restored it and rebuilt all that depends on it."""
+		goals = [goal, f'VARIANTS={variant}']
+		status = self.run_make(goals + [f'JOBS={self.jobs}'])
 		if status != 0:
-			return f'make {" ".join(goal)} failed (status {status}; its output is above)'
-		if self.run_make(['-q', *goal]) != 0:
-			return f'make {" ".join(goal)} still has work right after it ran (make -d -q says what)'
+			return f'make {" ".join(goals)} failed (status {status}; its output is above)'
+		if self.run_make(['-q', *goals]) != 0:
+			return f'make {" ".join(goals)} still has work right after it ran (make -d -q says what)'
 		return ''
 
 	@staticmethod
@@ -89,10 +103,10 @@ class Builds:
 		finally:
 			guestvm.untrack(proc)
 
-	def wait(self, variant: str) -> str:
-		"""Wait until VARIANT is made: '' when it was, else why not."""
-		self.made[variant].wait()
-		return self.failed.get(variant, '')
+	def wait(self, variant: str, goal: str = BASE) -> str:
+		"""Wait until GOAL is made for VARIANT: '' when it was, else why not."""
+		self.made[goal, variant].wait()
+		return self.failed.get((goal, variant), '')
 
 	def building(self) -> bool:
 		return not self.finished.is_set()

@@ -43,6 +43,12 @@ BENCH_TABLE = HARNESS / 'bench-cases'
 # The actions that load modules built for another kernel
 # (harness/guest/compat.sh, /lib/modules/foreign/).
 FOREIGN_ACTIONS = ('vermagic', 'load_foreign', 'force_load')
+
+
+def loads_foreign_modules(scenario: 'Scenario') -> bool:
+	"""SCENARIO loads modules built for another kernel: its guest gets
+	the variant's archive of them too (a cold boot)."""
+	return bool(scenario.uses & set(FOREIGN_ACTIONS))
 # The words that begin a case's own lines; any other line of a case is an
 # action's (no act_case, act_params... in harness/guest/).
 KEYWORDS = ('case', 'params', 'image', 'kernel', 'crash', 'skip')

@@ -118,6 +118,10 @@ def check_built(session: Session, scenarios: List[Scenario], variants: List[str]
 		if newer:
 			raise Refusal(f'{newer[0].relative_to(TOP)} is newer than the initramfs of '
 				      f"'{variant}': run '{make}'")
+	for variant in sorted({s.variant for s in scenarios if plan.loads_foreign_modules(s)}):
+		if not session.foreign_archive(variant).is_file():
+			raise Refusal(f"no archive of the modules built for another kernel for '{variant}' "
+				      f"under {session.shown}/: run '{make}'")
 	for image in sorted({s.image for s in scenarios}):
 		if not session.image_archive(image).is_file():
 			raise Refusal(f"no archive of image '{image}' under {session.shown}/: run 'make initramfs'")
@@ -141,30 +145,39 @@ class Runner(boots.Guests):
 		# saved, once it is made (why not, by variant, when it was not).
 		self.made = made
 		self.gate = builds.Gate(opts.jobs, made) if made else contextlib.nullcontext()
-		self.prepared: Dict[str, str] = {}
+		self.prepared: Dict[builds.Step, str] = {}
 		self.prepare_lock = threading.Lock()
 
-	def prepare(self, variant: str) -> str:
-		"""With --build, once VARIANT is made: check what it built and save
-		its snapshots.  '' when its guests can boot, else why not."""
+	@staticmethod
+	def goal_of(scenario: Scenario) -> str:
+		"""What make builds for SCENARIO's guest (--build)."""
+		return builds.ALL if plan.loads_foreign_modules(scenario) else builds.BASE
+
+	def prepare(self, step: builds.Step) -> str:
+		"""With --build, once STEP (goal, variant) is made: check what it
+		built and, for a base, save its snapshots.  '' when the guests it
+		is for can boot, else why not."""
+		goal, variant = step
 		with self.prepare_lock:
-			if variant not in self.prepared:
-				why = self.made.wait(variant) if self.made else ''
+			if step not in self.prepared:
+				why = self.made.wait(variant, goal)
 				if not why:
 					try:
-						check_built(self.session, [s for s in self.scenarios if s.variant == variant], [variant])
-						self.save_snapshots([k for k in self.wanted_snapshots() if k[0] == variant])
+						check_built(self.session, [s for s in self.scenarios if s.variant == variant and
+									   self.goal_of(s) == goal], [variant])
+						if goal == builds.BASE:
+							self.save_snapshots([k for k in self.wanted_snapshots() if k[0] == variant])
 					except Refusal as refusal:
 						why = str(refusal)
-				self.prepared[variant] = why
-			return self.prepared[variant]
+				self.prepared[step] = why
+			return self.prepared[step]
 
 	def run_made(self, scenario: Scenario, k: int) -> Run:
 		"""Run K of SCENARIO once its kernel is there (--build: made)."""
 		if self.made:
-			self.made.wait(scenario.variant)
+			self.made.wait(scenario.variant, self.goal_of(scenario))
 		with self.gate:
-			why = self.prepare(scenario.variant) if self.made else ''
+			why = self.prepare((self.goal_of(scenario), scenario.variant)) if self.made else ''
 			if guestvm.stopping():
 				return run_of(k, Verdict.cut_short())
 			if not why:
@@ -183,7 +196,7 @@ class Runner(boots.Guests):
 				 else 'the run booted it cold')
 		if snapshot is None:
 			initrd = workdir / 'initrd'
-			boots.write_initrd(self.session, scenario.variant, scenario.image, initrd, bool(self.opts.own_module))
+			boots.write_initrd(boots.scenario_parts(self.session, scenario, bool(self.opts.own_module)), initrd)
 			try:
 				# A person at a shell or in gdb may leave a guest
 				# silent after an oops for as long as they like.
@@ -208,8 +221,7 @@ class Runner(boots.Guests):
 		hand (its qemu.cmd)."""
 		machine = self.machine(scenario.variant, scenario=scenario)
 		machine.interactive, machine.gdb_port = False, None
-		return machine, boots.initrd_parts(self.session, scenario.variant, scenario.image,
-						   bool(self.opts.own_module))
+		return machine, boots.scenario_parts(self.session, scenario, bool(self.opts.own_module))
 
 	def write_rerun(self, scenario: Scenario, workdir: pathlib.Path, how: str) -> None:
 		machine, parts = self.rerun(scenario)
@@ -276,7 +288,8 @@ def submission_order(runner: Runner) -> List[Tuple[int, Scenario]]:
 	made first first (--build); else as planned."""
 	order = list(enumerate(runner.scenarios))
 	if runner.made:
-		order.sort(key=lambda pair: runner.made.order.index(pair[1].variant))
+		steps = runner.made.steps
+		order.sort(key=lambda pair: steps.index((runner.goal_of(pair[1]), pair[1].variant)))
 	return order
 
 
@@ -360,7 +373,8 @@ def main(argv: List[str]) -> int:
 	digest = prepare_own_image(opts, session) if opts.image else None
 	made = None
 	if opts.build:
-		made = builds.Builds([v for v in opts.variants if any(s.variant == v for s in scenarios)], opts.jobs)
+		made = builds.Builds([v for v in opts.variants if any(s.variant == v for s in scenarios)],
+				     {s.variant for s in scenarios if plan.loads_foreign_modules(s)}, opts.jobs)
 	else:
 		check_built(session, scenarios, opts.variants)
 	if opts.own_module:

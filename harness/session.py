@@ -99,6 +99,10 @@ class Session:
 	def image_archive(self, image: str) -> pathlib.Path:
 		return self.build / 'initramfs/images' / f'{image}.cpio.gz'
 
+	def foreign_archive(self, variant: str) -> pathlib.Path:
+		"""VARIANT's modules built for another kernel (harness/foreign-modules)."""
+		return self.build / 'initramfs/foreign' / f'{variant}.cpio.gz'
+
 	def own_archive(self, variant: str) -> pathlib.Path:
 		"""harness/run --module's archive of the user's module for VARIANT."""
 		return self.own_dir / f'{variant}.cpio.gz'
