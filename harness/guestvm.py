@@ -195,12 +195,13 @@ RERUN_CONSOLE = 'rerun.console.log'
 RERUN_KTAP = 'rerun.ktap'
 
 
-def newc_archive(files: Dict[str, bytes]) -> bytes:
-	"""FILES (name: contents, mode 0644) as a cpio archive in the newc
-	format the kernel unpacks an initramfs from."""
+def newc_archive(files: Dict[str, bytes], executable: Sequence[str] = ()) -> bytes:
+	"""FILES (name: contents, mode 0644, or 0755 if EXECUTABLE names it)
+	as a cpio archive in the newc format the kernel unpacks an initramfs
+	from."""
 	out = b''
 	for ino, (name, data) in enumerate([*files.items(), ('TRAILER!!!', b'')], 1):
-		mode = 0o100644 if name != 'TRAILER!!!' else 0
+		mode = (0o100755 if name in executable else 0o100644) if name != 'TRAILER!!!' else 0
 		fields = (ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name) + 1, 0)
 		header = b'070701' + b''.join(b'%08X' % f for f in fields) + name.encode() + b'\0'
 		out += header + b'\0' * (-len(header) % 4) + data + b'\0' * (-len(data) % 4)
