@@ -283,14 +283,37 @@ class Runner(boots.Guests):
 			for title in run.known_reports:
 				print(f'      known report, not the series\' (docs/reliability.md): {title}', flush=True)
 
+# Each scenario's seconds in the runs before, by name: the longest start
+# first, so that no long one is left to run alone at the end of a run.
+# Kept beside the reports, which a run replaces, and merged by each run.
+DURATIONS_FILE = 'durations.json'
+
+
+def past_seconds(session: Session) -> Dict[str, float]:
+	try:
+		return json.loads((session.results / DURATIONS_FILE).read_text())
+	except (OSError, ValueError):
+		return {}
+
+
+def keep_seconds(session: Session, records: List[Record], repeat: int) -> None:
+	seconds = past_seconds(session)
+	seconds.update({r.name: round(r.seconds / repeat, 1) for r in records
+			if r.status != results.Status.SKIP and r.seconds > 0})
+	reports.write_file(session.results / DURATIONS_FILE, (json.dumps(seconds, indent=0, sort_keys=True) + '\n').encode())
+
+
 def submission_order(runner: Runner) -> List[Tuple[int, Scenario]]:
-	"""The scenarios (with their index in the plan), those of the kernel
-	made first first (--build); else as planned."""
-	order = list(enumerate(runner.scenarios))
-	if runner.made:
-		steps = runner.made.steps
-		order.sort(key=lambda pair: steps.index((runner.goal_of(pair[1]), pair[1].variant)))
-	return order
+	"""The scenarios (with their index in the plan): with --build, those of
+	the step made first first; the longest the last runs took first."""
+	seconds = past_seconds(runner.session)
+	steps = runner.made.steps if runner.made else []
+
+	def rank(pair: Tuple[int, Scenario]) -> Tuple[int, float]:
+		scenario = pair[1]
+		step = steps.index((runner.goal_of(scenario), scenario.variant)) if steps else 0
+		return step, -seconds.get(scenario.name, 0.0)
+	return sorted(enumerate(runner.scenarios), key=rank)
 
 
 def run_all(runner: Runner, opts: argparse.Namespace, signals: Signals) -> List[Record]:
@@ -424,6 +447,8 @@ def main(argv: List[str]) -> int:
 		     opts.vcpus, boot_kind, opts.jobs, opts.timeout, opts.repeat, opts.filter,
 		     signal.Signals(signum).name if signum else None, len(scenarios) + len(opts.not_run), records)
 	write_reports(run, session)
+	if not signum:
+		keep_seconds(session, records, opts.repeat)
 	reports.write_file(session.results / MATRIX_FILE, (json.dumps(
 		reports.matrix(names, 4, opts.variants, opts.filter.split(), session.tree)) + '\n').encode())
 	for record in records:

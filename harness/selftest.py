@@ -1014,6 +1014,24 @@ class Build(Case):
 		self.assertIn('--build makes this project\'s kernels', done.stderr)
 
 
+class Order(Case):
+	"""The scenarios the last runs found longest start first."""
+
+	def test_the_longest_start_first(self):
+		names = ['vanilla/none/mbr-primary', 'vanilla/after_add_disk/mbr-primary', 'vanilla/before_add_disk/mbr-primary']
+		(self.fake.build / 'results').mkdir(parents=True)
+		(self.fake.build / 'results/durations.json').write_text(json.dumps(
+			{names[0]: 1.0, names[1]: 9.0, names[2]: 4.0}))
+		done = self.fake.run('pass', '-j', '1', '--filter', ' '.join(names))
+		self.assertSummary(done, 3, 0, 0)
+		ran = [line.split()[1] for line in done.stdout.splitlines() if line.startswith('PASS')]
+		self.assertEqual(ran, [names[1], names[2], names[0]])
+		# This run's own seconds replace the old ones, the others stay.
+		kept = json.loads((self.fake.build / 'results/durations.json').read_text())
+		self.assertEqual(set(kept), set(names))
+		self.assertLess(kept[names[1]], 9.0)
+
+
 class OwnImage(Case):
 	"""--image: the golden table parted gives, whatever the path."""
 
