@@ -6,10 +6,9 @@ built for another kernel) while the scenarios of the variants already
 made run, so that the first verdicts come while the next kernel builds.
 
 On two cores a compile and the guests share the CPUs: while a kernel
-builds, fewer guests run at once (GUESTS_WHILE_BUILDING of -j); when the
-last one is made, the run has all of -j.  A variant whose build failed,
-and every one after it, is not made: their scenarios are errors naming
-the build.
+builds, fewer guests run at once (guests_while_building); when the last
+step is made, the run has all of -j.  After a step that failed no other
+is made: the scenarios needing it or a later one are errors naming it.
 """
 
 import os
