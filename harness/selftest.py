@@ -1008,6 +1008,23 @@ class Build(Case):
 		self.assertIn('initramfs/foreign/vanilla.cpio.gz', cmd)
 		self.assertIn('booted it cold', cmd)
 
+	def test_a_signal_stops_the_build_too(self):
+		run = subprocess.Popen([str(HARNESS / 'run'), '--build', '--filter', self.FILTER], text=True,
+				       stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+				       env={**self.fake.env('pass'), 'FAKE_MAKE_STATE': str(self.fake.root),
+					    'FAKE_MAKE_SLEEP': 'fixed'})
+		self.addCleanup(lambda: run.poll() is None and (run.kill(), run.wait()))
+		sleeping = self.fake.root / 'sleeping'
+		deadline = time.monotonic() + 30
+		while not sleeping.exists():
+			self.assertLess(time.monotonic(), deadline, 'fixed\'s build never began')
+			time.sleep(0.05)
+		run.send_signal(signal.SIGTERM)
+		stdout, _ = run.communicate(timeout=30)
+		self.assertEqual(run.returncode, 143, stdout)
+		self.assertIn('interrupted by SIGTERM', stdout)
+		self.assertFalse(pathlib.Path('/proc', sleeping.read_text()).exists(), 'the make was left running')
+
 	def test_it_makes_only_this_project_s_kernels(self):
 		done = self.fake.run('pass', '--build', '--debian', '6.1')
 		self.assertEqual(done.returncode, 2, done.stdout)
