@@ -11,8 +11,10 @@
 int main(void)
 {
 	static const char up[] = "bench: bare /init up\n";
+	/* The archive has no /dev/console: this may go nowhere. */
+	ssize_t said = write(1, up, sizeof(up) - 1);
 
-	write(1, up, sizeof(up) - 1);
+	(void)said;
 	reboot(RB_AUTOBOOT);
 	return 1;
 }

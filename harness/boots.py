@@ -119,7 +119,7 @@ class Guests:
 		shutil.rmtree(probe, ignore_errors=True)
 		probe.mkdir(parents=True)
 		# The first variant the run boots (with --build, the first made).
-		variant = next(v for v in self.opts.variants if any(s.variant == v for s in self.scenarios))
+		variant = plan.booted_variants(self.opts.variants, self.scenarios)[0]
 		write_initrd(initrd_parts(self.session, variant, plan.DEFAULT_IMAGE), probe / 'initrd')
 		message = guestvm.scenario_message(variant, 'probe', plan.DEFAULT_IMAGE, (), ())
 		try:

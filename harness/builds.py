@@ -12,19 +12,58 @@ is made: the scenarios needing it or a later one are errors naming it.
 """
 
 import os
+import shlex
+import signal
 import subprocess
 import threading
+import time
 from typing import Dict, List, Set, Tuple
 
 import guestvm
 import plan
 
 # A make of ours runs on its own: not a part of the make that started
-# harness/run (its flags, its jobserver), but in its tree (KERNEL, ...).
-# A kernel's build says it in whole lines (harness/progress): verdicts
-# come meanwhile.
+# harness/run (its flags, its jobserver), but in its tree (KERNEL, ...)
+# and with the variables given on that make's command line
+# (command_line_variables).  A kernel's build says it in whole lines
+# (harness/progress): verdicts come meanwhile.
 MAKE_ENV = {**{k: v for k, v in os.environ.items() if k not in ('MAKEFLAGS', 'MFLAGS', 'MAKELEVEL')},
 	    'PROGRESS_LINES': '1'}
+# What each step sets itself.
+STEP_VARIABLES = ('VARIANTS', 'JOBS')
+
+
+def command_line_variables(makeflags: str) -> List[str]:
+	"""The VAR=VALUE words of the make command line that started this run
+	(MAKEFLAGS after "--", a space in a value escaped), but those each
+	step sets: a variable the Makefile takes only from the command line
+	(KERNEL_TARBALL) must reach the steps' makes as it was given."""
+	words = f' {makeflags}'.split(' -- ', 1)
+	if len(words) < 2:
+		return []
+	return [w for w in shlex.split(words[1]) if '=' in w and w.split('=', 1)[0] not in STEP_VARIABLES]
+
+
+# A make asked to stop (SIGTERM: it deletes the target it was writing,
+# as after a ^C) that has not within this long is killed.
+STOP_GRACE_S = 10
+
+
+def wait_asked(proc: subprocess.Popen) -> int:
+	"""PROC's status; killed (its group) STOP_GRACE_S after the run was
+	stopped if it has not ended by then."""
+	stopped_at = None
+	while True:
+		try:
+			return proc.wait(timeout=0.5)
+		except subprocess.TimeoutExpired:
+			if guestvm.stopping():
+				stopped_at = stopped_at or time.monotonic()
+				if time.monotonic() - stopped_at > STOP_GRACE_S:
+					try:
+						os.killpg(proc.pid, signal.SIGKILL)
+					except ProcessLookupError:
+						pass
 
 
 def guests_while_building(jobs: int) -> int:
@@ -64,8 +103,11 @@ class Builds:
 					self.failed[step] = why
 				self.made[step].set()
 		finally:
-			for event in self.made.values():
-				event.set()
+			# A bug of ours here: no step left waiting, none taken as made.
+			for step, event in self.made.items():
+				if not event.is_set():
+					self.failed.setdefault(step, 'not built: the builds stopped (a harness error)')
+					event.set()
 			self.finished.set()
 
 	def why_not_made(self) -> str:
@@ -91,14 +133,15 @@ class Builds:
 	@staticmethod
 	def run_make(args: List[str]) -> int:
 		try:
-			proc = subprocess.Popen(['make', '--no-print-directory', '-C', str(plan.TOP), *args], env=MAKE_ENV,
+			proc = subprocess.Popen(['make', '--no-print-directory', '-C', str(plan.TOP), *args,
+						 *command_line_variables(os.environ.get('MAKEFLAGS', ''))], env=MAKE_ENV,
 						stdin=subprocess.DEVNULL, start_new_session=True)
 		except OSError as err:
 			print(f'harness: cannot start make: {err}', flush=True)
 			return 127
-		guestvm.track(proc)
+		guestvm.track(proc, ask=True)
 		try:
-			return proc.wait()
+			return wait_asked(proc)
 		finally:
 			guestvm.untrack(proc)
 

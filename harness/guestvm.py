@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import plan
 
@@ -49,6 +49,9 @@ MEMORY_MIB = 256
 QUIET_AFTER_REPORT_S = int(os.environ.get('RACEBLK_QUIET_AFTER_REPORT_S') or 60)
 
 _running: Dict[int, subprocess.Popen] = {}
+# Those of _running that are asked to stop (SIGTERM), not killed: a make,
+# which then deletes the target it was writing.
+_asked: Set[int] = set()
 # Reentrant: the signal handler (kill_all) may run on a thread that holds it.
 _running_lock = threading.RLock()
 _stopping = threading.Event()
@@ -59,20 +62,24 @@ class Fault(Exception):
 
 
 def kill_all() -> None:
-	"""Stop starting guests and kill every running one's process group."""
+	"""Stop starting guests and kill every running one's process group
+	(ask a make's to stop)."""
 	_stopping.set()
 	with _running_lock:
 		for proc in _running.values():
 			try:
-				os.killpg(proc.pid, signal.SIGKILL)
+				os.killpg(proc.pid, signal.SIGTERM if proc.pid in _asked else signal.SIGKILL)
 			except ProcessLookupError:
 				pass
 
 
-def track(proc: subprocess.Popen) -> None:
-	"""PROC (in a process group of its own) is killed with the guests."""
+def track(proc: subprocess.Popen, ask: bool = False) -> None:
+	"""PROC (in a process group of its own) is killed with the guests;
+	with ASK, sent SIGTERM instead."""
 	with _running_lock:
 		_running[proc.pid] = proc
+		if ask:
+			_asked.add(proc.pid)
 	if stopping():
 		kill_all()
 
@@ -80,6 +87,7 @@ def track(proc: subprocess.Popen) -> None:
 def untrack(proc: subprocess.Popen) -> None:
 	with _running_lock:
 		_running.pop(proc.pid, None)
+		_asked.discard(proc.pid)
 
 
 def stopping() -> bool:

@@ -45,6 +45,12 @@ BENCH_TABLE = HARNESS / 'bench-cases'
 FOREIGN_ACTIONS = ('vermagic', 'load_foreign', 'force_load')
 
 
+def booted_variants(variants: List[str], scenarios: List['Scenario']) -> List[str]:
+	"""Those of VARIANTS (in their order) that some of SCENARIOS boot."""
+	booted = {s.variant for s in scenarios}
+	return [v for v in variants if v in booted]
+
+
 def loads_foreign_modules(scenario: 'Scenario') -> bool:
 	"""SCENARIO loads modules built for another kernel: its guest gets
 	the variant's archive of them too (a cold boot)."""

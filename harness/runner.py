@@ -91,7 +91,7 @@ def compile_plan(opts: argparse.Namespace, session: Session) -> List[Scenario]:
 		needs = plan.lacked(scenario, session.lacks_of(scenario.variant))
 		if needs:
 			opts.not_run[scenario] = f'it needs what the kernel lacks: {"; ".join(needs)}'
-		elif scenario.variant in session.foreign and scenario.uses & set(plan.FOREIGN_ACTIONS):
+		elif scenario.variant in session.foreign and plan.loads_foreign_modules(scenario):
 			opts.not_run[scenario] = FOREIGN_REASON
 	chosen = [s for s in chosen if s not in opts.not_run]
 	if opts.own_module and any(s.image != plan.DEFAULT_IMAGE for s in chosen):
@@ -146,6 +146,8 @@ class Runner(boots.Guests):
 		self.made = made
 		self.gate = builds.Gate(opts.jobs, made) if made else contextlib.nullcontext()
 		self.prepared: Dict[builds.Step, str] = {}
+		# One step is prepared at a time: a snapshot's save is a guest, and
+		# while kernels build the gate allows fewer.
 		self.prepare_lock = threading.Lock()
 
 	@staticmethod
@@ -161,7 +163,7 @@ class Runner(boots.Guests):
 		with self.prepare_lock:
 			if step not in self.prepared:
 				why = self.made.wait(variant, goal)
-				if not why:
+				if not why and not guestvm.stopping():
 					try:
 						check_built(self.session, [s for s in self.scenarios if s.variant == variant and
 									   self.goal_of(s) == goal], [variant])
@@ -169,6 +171,8 @@ class Runner(boots.Guests):
 							self.save_snapshots([k for k in self.wanted_snapshots() if k[0] == variant])
 					except Refusal as refusal:
 						why = str(refusal)
+					except Exception:	# a bug of ours, or the host (a full disk): this step's ERRORs
+						why = f'harness error preparing {variant}: {traceback.format_exc().strip().splitlines()[-1]}'
 				self.prepared[step] = why
 			return self.prepared[step]
 
@@ -291,9 +295,12 @@ DURATIONS_FILE = 'durations.json'
 
 def past_seconds(session: Session) -> Dict[str, float]:
 	try:
-		return json.loads((session.results / DURATIONS_FILE).read_text())
+		seconds = json.loads((session.results / DURATIONS_FILE).read_text())
 	except (OSError, ValueError):
 		return {}
+	if not isinstance(seconds, dict):
+		return {}
+	return {k: float(v) for k, v in seconds.items() if isinstance(v, (int, float))}
 
 
 def keep_seconds(session: Session, records: List[Record], repeat: int) -> None:
@@ -396,7 +403,9 @@ def main(argv: List[str]) -> int:
 	digest = prepare_own_image(opts, session) if opts.image else None
 	made = None
 	if opts.build:
-		made = builds.Builds([v for v in opts.variants if any(s.variant == v for s in scenarios)],
+		if not shutil.which(guestvm.QEMU):
+			raise Refusal(f'{guestvm.QEMU} not found: apt-get install qemu-system-x86')
+		made = builds.Builds(plan.booted_variants(opts.variants, scenarios),
 				     {s.variant for s in scenarios if plan.loads_foreign_modules(s)}, opts.jobs)
 	else:
 		check_built(session, scenarios, opts.variants)
@@ -437,6 +446,9 @@ def main(argv: List[str]) -> int:
 				records = run_all(runner, opts, signals)
 	finally:
 		signals.restore()
+	if made and records:
+		# What the guests booted, now that each variant's snapshot was saved or not.
+		boot_kind = runner.boot_kind(lambda s: runner.snapshot_of(s) is not None)
 	records += [not_run_record(s, reason) for s, reason in opts.not_run.items()]
 	signum = signals.first
 	if not signum:

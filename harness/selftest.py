@@ -38,6 +38,7 @@ from typing import List, Optional, Tuple
 HARNESS = pathlib.Path(__file__).resolve().parent
 TOP = HARNESS.parent
 sys.path.insert(0, str(HARNESS))
+import builds  # noqa: E402
 import bzimage  # noqa: E402
 import distro  # noqa: E402
 import guestvm  # noqa: E402
@@ -1025,6 +1026,14 @@ class Build(Case):
 		self.assertIn('interrupted by SIGTERM', stdout)
 		self.assertFalse(pathlib.Path('/proc', sleeping.read_text()).exists(), 'the make was left running')
 
+	def test_the_steps_get_the_variables_of_make_s_command_line(self):
+		# make test KERNEL_TARBALL=... : the Makefile takes that one only
+		# from the command line; each step sets VARIANTS and JOBS itself.
+		self.assertEqual(builds.command_line_variables(r's -- VARIANTS=vanilla VAR=a\ b KERNEL_TARBALL=/x/y'),
+				 ['VAR=a b', 'KERNEL_TARBALL=/x/y'])
+		self.assertEqual(builds.command_line_variables(' -j2 --jobserver-auth=3,4 -- JOBS=3 FOO=1'), ['FOO=1'])
+		self.assertEqual(builds.command_line_variables('s'), [])
+
 	def test_it_makes_only_this_project_s_kernels(self):
 		done = self.fake.run('pass', '--build', '--debian', '6.1')
 		self.assertEqual(done.returncode, 2, done.stdout)
@@ -1047,6 +1056,12 @@ class Order(Case):
 		kept = json.loads((self.fake.build / 'results/durations.json').read_text())
 		self.assertEqual(set(kept), set(names))
 		self.assertLess(kept[names[1]], 9.0)
+
+	def test_a_durations_file_that_is_not_one_is_ignored(self):
+		(self.fake.build / 'results').mkdir(parents=True)
+		(self.fake.build / 'results/durations.json').write_text('["vanilla/none/mbr-primary", "x"]')
+		done = self.fake.run('pass', '--filter', 'vanilla/none/mbr-primary')
+		self.assertSummary(done, 1, 0, 0)
 
 
 class OwnImage(Case):
