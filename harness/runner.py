@@ -141,8 +141,9 @@ class Runner(boots.Guests):
 		self.print_lock = threading.Lock()
 		self.done, self.total = 0, len(scenarios) * opts.repeat
 		# --build: the kernels are made as the run goes, fewer guests at
-		# once meanwhile; each variant is checked, and its snapshots
-		# saved, once it is made (why not, by variant, when it was not).
+		# once meanwhile; each step (goal, variant) is checked, and a
+		# base's snapshots saved, once it is made ('' or why its guests
+		# cannot boot, by step).
 		self.made = made
 		self.gate = builds.Gate(opts.jobs, made) if made else contextlib.nullcontext()
 		self.prepared: Dict[builds.Step, str] = {}
@@ -158,8 +159,11 @@ class Runner(boots.Guests):
 	def prepare(self, step: builds.Step) -> str:
 		"""With --build, once STEP (goal, variant) is made: check what it
 		built and, for a base, save its snapshots.  '' when the guests it
-		is for can boot, else why not."""
+		is for can boot, else why not.  ('' without --build: main checked
+		every kernel before the run.)"""
 		goal, variant = step
+		if not self.made:
+			return ''
 		with self.prepare_lock:
 			if step not in self.prepared:
 				why = self.made.wait(variant, goal)
@@ -178,10 +182,11 @@ class Runner(boots.Guests):
 
 	def run_made(self, scenario: Scenario, k: int) -> Run:
 		"""Run K of SCENARIO once its kernel is there (--build: made)."""
+		step = (self.goal_of(scenario), scenario.variant)
 		if self.made:
-			self.made.wait(scenario.variant, self.goal_of(scenario))
+			self.made.wait(scenario.variant, step[0])	# outside the gate: its slots are for guests
 		with self.gate:
-			why = self.prepare((self.goal_of(scenario), scenario.variant)) if self.made else ''
+			why = self.prepare(step)
 			if guestvm.stopping():
 				return run_of(k, Verdict.cut_short())
 			if not why:
