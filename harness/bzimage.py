@@ -153,8 +153,8 @@ TSC_KHZ_ARG = 'tsc_early_khz'
 
 
 def clock_args(build: pathlib.Path, make_vars: List[str]) -> List[str]:
-	"""tsc_early_khz= with the host's TSC rate, measured by the tool make
-	builds in BUILD (built here if it is not yet)."""
+	"""tsc_early_khz= with the host's TSC rate, measured by the tool
+	that make tsc-khz builds in BUILD (made here if it is not yet)."""
 	tool = build / 'tools/tsc-khz'
 	if not tool.is_file():
 		subprocess.run(['make', '--no-print-directory', '-s', '-C', str(TOP), 'tsc-khz', *make_vars],

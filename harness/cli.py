@@ -48,7 +48,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
 	boots.add_argument('--snapshot', dest='boot', action='store_const', const='snapshot',
 			   help='restore every guest from its variant\'s snapshot')
 	parser.add_argument('--build', action='store_true',
-			    help='make each variant\'s kernel and archives in turn (make initramfs VARIANTS=V), '
+			    help='make each variant\'s kernel and archives in turn (make initramfs-base VARIANTS=V), '
 			    'running the scenarios of those made meanwhile')
 	parser.add_argument('--list', action='store_true', help='list the scenarios, run none')
 	parser.add_argument('--dry-run', action='store_true',
