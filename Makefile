@@ -223,9 +223,10 @@ INITRAMFS := $(BASE_INITRAMFS) \
 	$(foreach v,$(filter $(FOREIGN_VARIANTS),$(VARIANTS)),$(BUILD)/initramfs/foreign/$(v).cpio.gz)
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
-# The host's TSC rate, which a kernel not built here is told at boot
-# (harness/tsc-khz.c says why; bzimage.py makes it when it needs it).
-TSC_KHZ := $(BUILD)/tools/tsc-khz
+# The host's TSC rate, which every TCG guest's kernel is told at boot
+# (harness/clock.py says why, and makes it when it is not made yet).  The
+# host's, not a tree's: one for every build.
+TSC_KHZ := $(TOP)/build/tools/tsc-khz
 
 .PHONY: all deps deps-check source-version build-dir check docs kernel kernels driver images initramfs initramfs-base tsc-khz test race-demo bench soak \
 	images-check series-check series-export series-tree survey clean distclean

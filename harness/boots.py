@@ -11,6 +11,7 @@ import shutil
 import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
+import clock
 import golden
 import guestvm
 import plan
@@ -66,9 +67,11 @@ class Guests:
 		    kind: str = plan.DEFAULT_MACHINE) -> guestvm.Machine:
 		kind = scenario.machine if scenario else kind
 		disk = self.session.disk_of(scenario.image) if scenario and 'disk' in plan.machine_traits(kind) else None
-		machine = guestvm.Machine(accel or self.accel, variant, self.session.kernel_of(variant), kind, disk,
+		accel = accel or self.accel
+		machine = guestvm.Machine(accel, variant, self.session.kernel_of(variant), kind, disk,
 					  vcpus=self.opts.vcpus)
 		machine.boot_args = self.session.boot_args_of(variant)
+		machine.clock = clock.of(accel, self.session.kernel_obj(variant))
 		if scenario is not None:
 			machine.interactive, machine.gdb_port = self.opts.shell, self.opts.gdb
 		return machine
@@ -96,6 +99,8 @@ class Guests:
 		"""Take the accelerator an earlier run chose, TCG if none did."""
 		cache = self.session.accel_file
 		self.accel = cache.read_text().strip() if cache.is_file() else 'tcg'
+		if self.accel == 'tcg':
+			clock.host_tsc_khz()	# measured once, here: a failure stops the run
 
 	def choose_accel(self) -> None:
 		"""KVM only when a probe boot of our kernel answers (on some hosts

@@ -145,26 +145,6 @@ def boot_args(config: str, gaps: Dict[str, str]) -> List[str]:
 	return []
 
 
-# A kernel not built here is told the TSC's rate rather than left to
-# calibrate it against the emulated PIT, which fails on a busy host;
-# Debian's 7.3 then gets no tick on microvm and hangs at boot.  Under TCG
-# the guest's TSC is the host's: harness/tsc-khz.c measures its rate.
-TSC_KHZ_ARG = 'tsc_early_khz'
-
-
-def clock_args(build: pathlib.Path, make_vars: List[str]) -> List[str]:
-	"""tsc_early_khz= with the host's TSC rate, measured by the tool
-	that make tsc-khz builds in BUILD (made here if it is not yet)."""
-	tool = build / 'tools/tsc-khz'
-	if not tool.is_file():
-		subprocess.run(['make', '--no-print-directory', '-s', '-C', str(TOP), 'tsc-khz', *make_vars],
-			       stdout=subprocess.DEVNULL, check=False, env=MAKE_ENV)
-	done = subprocess.run([str(tool)], capture_output=True, text=True, check=False) if tool.is_file() else None
-	if done is None or done.returncode != 0 or not done.stdout.strip().isdigit():
-		raise Problem(f'{tool}: cannot measure the host\'s TSC rate')
-	return [f'{TSC_KHZ_ARG}={done.stdout.strip()}']
-
-
 # What building modules with LLVM=1 runs, and the Debian package of each.
 LLVM_TOOLS = {'clang': 'clang', 'ld.lld': 'lld', 'llvm-ar': 'llvm', 'llvm-nm': 'llvm', 'llvm-objcopy': 'llvm'}
 
@@ -237,7 +217,6 @@ def prepare(image: pathlib.Path, variant: str, build: bool = True, modules: Opti
 	signed = options(config).get('CONFIG_MODULE_SIG') == 'CONFIG_MODULE_SIG=y'
 	build_vars = make_args(obj, variant, None if modules == obj else modules, build_at)
 	builds = build_dir(build_vars)
-	args += clock_args(builds, build_vars + list(make_vars))
 	print(f'harness: {named}: {release}, configuration from {where}: has what the guest needs; '
 	      f'judged as {variant} of {tree}' + ''.join(f'; boots with {a}' for a in args) +
 	      ('; it checks module signatures: ours are unsigned, and taint it E' if signed else ''), flush=True)
