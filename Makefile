@@ -562,12 +562,22 @@ $(IMGPATCH): images/imgpatch.c
 	@echo "  HOSTCC  $@"
 	@gcc -O2 -Wall -Wextra -Werror -o $@ $<
 
-$(BUILD)/images/%.img: images/%.parted images/%.expected images/mkimage images/parted-table images/sums $(IMGPATCH)
+# The host's build of the guest's blksum: the images' sums are its
+# (images/sums), so the guest's and the host's are one program.
+BLKSUM := $(BUILD)/tools/blksum
+export BLKSUM
+
+$(BLKSUM): harness/guest/blksum.c
+	@mkdir -p $(@D)
+	@echo "  HOSTCC  $@"
+	@gcc -O2 -Wall -Wextra -Werror -o $@ $<
+
+$(BUILD)/images/%.img: images/%.parted images/%.expected images/mkimage images/parted-table images/sums $(IMGPATCH) $(BLKSUM)
 	@mkdir -p $(@D)
 	@echo "  IMAGE   $@"
 	@images/mkimage $< $@
 
-$(BUILD)/images/%.img: images/%.patch images/%.expected images/mkimage images/sums $(IMGPATCH) $$(call image_base,$$*)
+$(BUILD)/images/%.img: images/%.patch images/%.expected images/mkimage images/sums $(IMGPATCH) $(BLKSUM) $$(call image_base,$$*)
 	@echo "  IMAGE   $@ (from $(notdir $(call image_base,$*)))"
 	@images/mkimage $< $@
 

@@ -3,7 +3,8 @@
 table (images/NAME.expected, or images/NAME.SERIES.expected where that
 series' parsers make another table of it; a disk of the user's has its own
 under build/TREE/byo/) and its checksums (NAME.img.sums, written with the
-image: "number md5 [stamp]" a line, 0 for the whole disk).  The guest
+image: "number sum [stamp]" a line, 0 for the whole disk, the sum the
+guest's blksum's).  The guest
 reports what it read; the host compares (verdict.py).
 """
 
@@ -57,7 +58,7 @@ class Image:
 		return sorted((int(w[0]), int(w[1]), int(w[2])) for w in rows(self.table_path(series)))
 
 	def sums(self) -> Dict[int, Tuple[str, str]]:
-		"""Partition number (0: the disk): its md5, and the stamp its first
+		"""Partition number (0: the disk): its blksum, and the stamp its first
 		sector starts with ('' for none)."""
 		path = self.img.with_name(self.img.name + '.sums')
 		return {int(w[0]): (w[1], ' '.join(w[2:])) for w in rows(path)}

@@ -85,8 +85,8 @@ def prepare_own_image(opts: argparse.Namespace, session: Session) -> str:
 	else:
 		derive_expected(name, link, expected, opts.image)
 	with open(work / f'{name}.img.sums', 'w') as sums:
-		done = subprocess.run([TOP / 'images/sums', link, expected], stdout=sums,
-				      stderr=subprocess.PIPE, text=True, check=False)
+		done = subprocess.run([TOP / 'images/sums', link, expected], stdout=sums, stderr=subprocess.PIPE, text=True,
+				      check=False, env={**os.environ, 'BLKSUM': str(session.build / 'tools/blksum')})
 	if done.returncode != 0:
 		raise Refusal(f'cannot use the golden table of {opts.image}: {done.stderr.strip()}')
 	archive = session.image_archive(name)

@@ -25,6 +25,7 @@ import re
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -2071,10 +2072,12 @@ class HostJudges(unittest.TestCase):
 		self.addCleanup(shutil.rmtree, build)
 		(build / 'images').mkdir()
 		(build / 'images/mbr-primary.img.sums').write_text('0 aaa\n1 bbb raceblk mbr-primary p1 sector 2048\n')
-		text = '1..1\n# obs holder_read=OK\n# obs nr=1\n# obs md5={}\nok 1 holder_read\n'
+		text = '1..1\n# obs holder_read=OK\n# obs nr=1\n# obs sum={}\nok 1 holder_read\n'
 		self.assertTrue(self.judged(['holder_read=OK'], text.format('bbb'), build)[0].ok)
 		self.assertEqual(self.judged(['holder_read=OK'], text.format('aaa'), build)[0].mismatch,
-				 'md5=aaa, expected bbb')
+				 'sum=aaa, expected bbb')
+		data = '1..1\n# obs sum.0=aaa\n# obs sum.1={}\n# obs stamp.1=raceblk mbr-primary p1 sector 2048\nok 1 data\n'
+		self.assertEqual(self.judged(['data'], data.format('ccc'), build)[0].mismatch, 'sum.1=ccc, expected bbb')
 		table = plan.TOP / 'images/mbr-primary.parted'
 		self.assertTrue(table.is_file())
 		parts = golden.Image('mbr-primary', build).partitions('vanilla')
@@ -2116,6 +2119,33 @@ class HostJudges(unittest.TestCase):
 				 'kernel_invalid=no, expected yes')
 		loaded = '1..1\n# obs fuzz=OK\n# obs param=absent\n# obs warned=no\n# obs unload=OK\nok 1 fuzz:x:1\n'
 		self.assertEqual(self.judged(['fuzz:x:1=OK'], loaded)[0].mismatch, 'warned=no, expected yes')
+
+	def test_blksum_is_the_hash_its_comment_defines(self):
+		# The images' sums are the host's build of it, the guest's
+		# checks its static build: one program, and its definition.
+		tool = pathlib.Path(tempfile.mkdtemp(prefix='selftest-blksum-')) / 'blksum'
+		self.addCleanup(shutil.rmtree, tool.parent)
+		subprocess.run(['gcc', '-O2', '-o', tool, HARNESS / 'guest/blksum.c'], check=True)
+
+		def defined(data: bytes) -> str:
+			mix, mask, h = 0xff51afd7ed558ccd, (1 << 64) - 1, 0
+			for (word,) in struct.iter_unpack('<Q', data + bytes(-len(data) % 8)):
+				h = ((h ^ word) * mix) & mask
+				h ^= h >> 32
+			h = ((h ^ len(data)) * mix) & mask
+			return f'{h ^ (h >> 29):016x}'
+
+		sizes = (0, 1, 7, 8, 9, 4096, (1 << 20) - 1, (1 << 20) + 9)
+		for size in sizes:
+			data = os.urandom(size)
+			(tool.parent / 'in').write_bytes(data)
+			out = subprocess.run([tool, tool.parent / 'in', '-'], input=data, capture_output=True, check=True).stdout
+			self.assertEqual(out.decode().split()[::2], [defined(data)] * 2, size)
+		# A byte moved or zeros that end earlier: another sum.
+		self.assertNotEqual(defined(b'ab\0\0'), defined(b'ba\0\0'))
+		self.assertNotEqual(defined(bytes(8)), defined(bytes(16)))
+		done = subprocess.run([tool, tool.parent / 'none'], capture_output=True, text=True, check=False)
+		self.assertEqual((done.returncode, done.stderr), (1, f'blksum: {tool.parent}/none: No such file or directory\n'))
 
 	def test_a_failed_read_fails_read_done(self):
 		# It reports no md5 then: the read itself must have been OK.

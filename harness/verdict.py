@@ -244,13 +244,13 @@ def default_expected(scenario: Scenario, name: str, observed: Dict[str, str],
 		# fixed makes fewer of a looping EBR chain than the sums list).
 		sums = image.sums()
 		for number in [0] + [n for n, _, _ in image.partitions(series) if n in sums]:
-			md5, stamp = sums.get(number, ('(no sum)', ''))
-			wanted[f'md5.{number}'] = md5
+			sum_, stamp = sums.get(number, ('(no sum)', ''))
+			wanted[f'sum.{number}'] = sum_
 			if stamp:
 				wanted[f'stamp.{number}'] = stamp
-	elif name == 'holder_read' and 'md5' in observed:
+	elif name == 'holder_read' and 'sum' in observed:
 		nr = observed.get('nr', '')
-		wanted['md5'] = image.sums().get(int(nr) if nr.isdigit() else -1, ('(no sum)', ''))[0]
+		wanted['sum'] = image.sums().get(int(nr) if nr.isdigit() else -1, ('(no sum)', ''))[0]
 	elif name == 'read_done' and 'md5' in observed:
 		wanted['md5'] = image.head_md5(4096)
 	return wanted

@@ -207,17 +207,18 @@ act_holder_open() {
 }
 
 # holder_read: blkhold reads all of the held device: OK, an errno, or
-# its fate; when it read, the md5 of the bytes (md5) and which partition
-# they are (nr, 0: the whole disk), which the host compares with the
-# image's.
+# its fate; when it read, the blksum of the bytes (sum) and which
+# partition they are (nr, 0: the whole disk), which the host compares with
+# the image's.
 act_holder_read() {
-	local answer
+	local answer sum
 
 	answer=$(holder_ask read 0 "$HELD_BYTES" /tmp/held.data)
 	holder_obs holder_read read "$answer"
 	[ "$answer" = "read OK" ] || return 0
 	obs nr "$HELD_NR"
-	obs md5 "$(md5sum < /tmp/held.data | cut -d' ' -f1)"
+	sum=$(blksum /tmp/held.data)
+	obs sum "${sum%% *}"
 }
 
 # holder_close: blkhold closes the held device: OK, an errno, or its
