@@ -1,35 +1,56 @@
 # SPDX-License-Identifier: GPL-2.0
 """What a TCG guest's kernel is told rather than left to measure.
 
-Under TCG a guest's TSC is the host's own counter, and every vCPU reads
-the same one.  Left alone, the kernel spends about 0.3 s of each cold boot
-calibrating against the emulated PIT what the host can tell it (and on a
-busy host the TSC's calibration fails: Debian's 7.3 then gets no tick on
-microvm and hangs):
+Under TCG a guest's TSC is the host's own counter.  Left alone, the kernel
+spends about 0.3 s of each cold boot calibrating against the emulated PIT
+what the host can tell it (and on a busy host the TSC's calibration fails:
+Debian's 7.3 then gets no tick on microvm and hangs):
 
   tsc_early_khz=  the TSC's rate (harness/tsc-khz.c measures the host's)
-  tsc=reliable    no TSC sync check at CPU bring-up and no clocksource
-                  watchdog: the vCPUs' TSCs are one counter
   lpj=            each CPU's delay loop, loops per tick: the TSC's cycles
                   per jiffy (a secondary CPU calibrates it for ~80 ms)
-  nolapic_timer   no local APIC timer, whose calibration takes ~0.2 s and
-                  cannot be skipped without a TSC deadline timer, which TCG
-                  lacks: the PIT ticks, broadcast to every CPU
+  nolapic_timer   no local APIC timer, whose calibration and check take
+                  0.22 s and cannot be skipped without a TSC deadline
+                  timer, which TCG lacks: the PIT ticks, broadcast to
+                  every CPU.  Only for a kernel without ACPI: on the
+                  microvm's ACPI tables the PIT gives Debian's 7.3 no tick
+                  at all (its first sleep never ends; acpi=off ticks).
+
+Not tsc=reliable, which would spare the TSC sync check too (30 ms): the
+kernel then marks sched_clock stable late in its boot, patching a static
+key the other vCPU is running, and under multi-threaded TCG that vCPU can
+still run the breakpoint after the patch is done ("Oops: int3" in
+sched_clock_cpu, 1 of 3 boots of Debian's 7.3).  Left to check, the
+kernel finds the vCPUs' TSCs unsynchronized and never trusts them.
 
 Not under -icount, where the TSC counts instructions, nor under KVM.
 """
 
+import dataclasses
 import functools
 import pathlib
 import re
 import subprocess
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import bzimage
 import plan
 from session import Refusal
 
 TOOL = plan.TOP / 'build/tools/tsc-khz'
+
+
+@dataclasses.dataclass(frozen=True)
+class Told:
+	"""What one kernel is told: the host's TSC rate, the kernel's HZ (0:
+	not known, no lpj=) and whether the PIT ticks for it (no ACPI)."""
+	tsc_khz: int
+	hz: int
+	pit_ticks: bool
+
+	def args(self) -> List[str]:
+		return ([f'tsc_early_khz={self.tsc_khz}'] + ([f'lpj={self.tsc_khz * 1000 // self.hz}'] if self.hz else []) +
+			(['nolapic_timer'] if self.pit_ticks else []))
 
 
 @functools.lru_cache(maxsize=None)
@@ -46,22 +67,16 @@ def host_tsc_khz() -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def kernel_hz(obj: pathlib.Path) -> int:
-	"""CONFIG_HZ of the kernel built in OBJ; 0 when its .config does not say."""
-	config = obj / '.config'
-	found = re.search(r'^CONFIG_HZ=(\d+)$', config.read_text(), re.M) if config.is_file() else None
-	return int(found.group(1)) if found else 0
+def kernel_told(obj: pathlib.Path) -> Told:
+	"""What a TCG guest of the kernel built in OBJ is told, by its .config
+	(none: no lpj=, no nolapic_timer)."""
+	config = (obj / '.config').read_text() if (obj / '.config').is_file() else ''
+	hz = re.search(r'^CONFIG_HZ=(\d+)$', config, re.M)
+	acpi = re.search(r'^CONFIG_ACPI=y$', config, re.M)
+	return Told(host_tsc_khz(), int(hz.group(1)) if hz else 0, bool(config) and not acpi)
 
 
-def told(tsc_khz: int, hz: int) -> List[str]:
-	"""The command line that tells a kernel of HZ a TSC of TSC_KHZ (no
-	lpj= when HZ is not known)."""
-	return ([f'tsc_early_khz={tsc_khz}', 'tsc=reliable'] + ([f'lpj={tsc_khz * 1000 // hz}'] if hz else []) +
-		['nolapic_timer'])
-
-
-
-def of(accel: str, obj: pathlib.Path) -> Optional[Tuple[int, int]]:
-	"""What a guest of the kernel built in OBJ is told under ACCEL: the
-	host's TSC rate and the kernel's HZ; None under KVM."""
-	return (host_tsc_khz(), kernel_hz(obj)) if accel == 'tcg' else None
+def of(accel: str, obj: pathlib.Path) -> Optional[Told]:
+	"""What a guest of the kernel built in OBJ is told under ACCEL; None
+	under KVM."""
+	return kernel_told(obj) if accel == 'tcg' else None

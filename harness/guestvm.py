@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import clock
 import plan
@@ -125,9 +125,8 @@ class Machine:
 		# What the kernel's command line needs besides CMDLINE (a kernel of
 		# the user's: bzimage.boot_args).
 		self.boot_args: Sequence[str] = ()
-		# TCG's: the host's TSC rate and the kernel's HZ, which the
-		# command line tells the kernel (clock.py).
-		self.clock: Optional[Tuple[int, int]] = None
+		# What the command line tells a TCG guest's kernel (clock.py).
+		self.clock: Optional[clock.Told] = None
 		# harness/run --shell: the console on the terminal (and its log);
 		# --gdb: QEMU's gdb stub on this port, and no KASLR.
 		self.interactive = False
@@ -175,7 +174,7 @@ class Machine:
 			accel = 'tcg'
 		gdb = ['-gdb', f'tcp:127.0.0.1:{self.gdb_port}'] if self.gdb_port else []
 		# Under -icount the TSC counts instructions: no rate to tell.
-		told = clock.told(*self.clock) if self.clock and '-icount' not in board else []
+		told = self.clock.args() if self.clock and '-icount' not in board else []
 		cmdline = ' '.join([CMDLINE, *told, *self.boot_args] + (['nokaslr'] if self.gdb_port else []))
 		return ['-accel', accel, '-cpu', self.cpu(), '-m', str(self.memory), '-smp', str(self.vcpus),
 			*board, '-no-reboot', '-display', 'none', '-nodefaults',

@@ -901,18 +901,18 @@ class Input(unittest.TestCase):
 		self.assertEqual(args[args.index('-accel') + 1], 'tcg,thread=multi')
 
 	def test_a_tcg_guest_is_told_its_clock_but_under_icount(self):
-		told = 'tsc_early_khz=2596000 tsc=reliable lpj=10384000 nolapic_timer'
 		machine = guestvm.Machine('tcg', 'vanilla', pathlib.Path('bzImage'))
-		machine.clock = (2596000, 250)
+		machine.clock = clock.Told(2596000, 250, pit_ticks=True)
 		args = machine.args(pathlib.Path('initrd'), pathlib.Path('console'), 'sock')
-		self.assertEqual(args[args.index('-append') + 1], f'{guestvm.CMDLINE} {told}')
+		self.assertEqual(args[args.index('-append') + 1],
+				 f'{guestvm.CMDLINE} tsc_early_khz=2596000 lpj=10384000 nolapic_timer')
 		# Under -icount the TSC counts instructions: nothing is told.
 		icount = guestvm.Machine('tcg', 'vanilla', pathlib.Path('bzImage'), 'microvm-icount')
-		icount.clock = (2596000, 250)
+		icount.clock = machine.clock
 		args = icount.args(pathlib.Path('initrd'), pathlib.Path('console'), 'sock')
 		self.assertEqual(args[args.index('-append') + 1], guestvm.CMDLINE)
-		# No HZ known: no lpj=, the rest still.
-		self.assertEqual(clock.told(2596000, 0), ['tsc_early_khz=2596000', 'tsc=reliable', 'nolapic_timer'])
+		# No HZ known: no lpj=; with ACPI the PIT does not tick.
+		self.assertEqual(clock.Told(2596000, 0, pit_ticks=False).args(), ['tsc_early_khz=2596000'])
 
 	def test_tcg_vcpus_copy_without_rep_movsb(self):
 		tcg = guestvm.Machine('tcg', 'vanilla', pathlib.Path('bzImage')).args(pathlib.Path('i'), pathlib.Path('c'), 's')
@@ -923,14 +923,18 @@ class Input(unittest.TestCase):
 	def test_the_clock_is_the_hosts_and_the_kernels(self):
 		with tempfile.TemporaryDirectory() as tmp:
 			obj = pathlib.Path(tmp)
-			(obj / '.config').write_text('CONFIG_HZ_1000=y\nCONFIG_HZ=1000\n')
 			self.assertIsNone(clock.of('kvm', obj))
-			khz, hz = clock.of('tcg', obj)
-			self.assertEqual(hz, 1000)
+			(obj / '.config').write_text('CONFIG_HZ_1000=y\nCONFIG_HZ=1000\n')
+			told = clock.of('tcg', obj)
+			self.assertEqual((told.hz, told.pit_ticks), (1000, True))
 			# The host's TSC: some hundreds of MHz at least, in whole MHz.
-			self.assertGreater(khz, 100000)
-			self.assertEqual(khz % 1000, 0)
-			self.assertEqual(clock.kernel_hz(obj / 'none'), 0)
+			self.assertGreater(told.tsc_khz, 100000)
+			self.assertEqual(told.tsc_khz % 1000, 0)
+			(obj / 'acpi').mkdir()
+			(obj / 'acpi/.config').write_text('CONFIG_ACPI=y\nCONFIG_HZ=250\n')
+			self.assertEqual((clock.of('tcg', obj / 'acpi').hz, clock.of('tcg', obj / 'acpi').pit_ticks), (250, False))
+			# No configuration: the rate alone.
+			self.assertEqual(clock.of('tcg', obj / 'none').args(), [f'tsc_early_khz={told.tsc_khz}'])
 
 	def test_soak_rows_are_valid(self):
 		soak = load_script('soak')
