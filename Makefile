@@ -222,7 +222,10 @@ FOREIGN_VARIANTS := $(if $(BZIMAGE_OBJ),,$(foreach w,$(call facts,foreign),$(fir
 INITRAMFS := $(BASE_INITRAMFS) \
 	$(foreach v,$(filter $(FOREIGN_VARIANTS),$(VARIANTS)),$(BUILD)/initramfs/foreign/$(v).cpio.gz)
 IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
-GUEST_BINS := $(patsubst harness/guest/%.c,$(BUILD)/guest/%,$(wildcard harness/guest/*.c))
+# The guest's C helpers, one static binary (harness/guest/helpers.c says
+# why): each helper's main() renamed NAME_main.
+GUEST_HELPERS := $(filter-out helpers,$(patsubst harness/guest/%.c,%,$(wildcard harness/guest/*.c)))
+GUEST_HELPERS_BIN := $(BUILD)/guest/helpers
 # The host's TSC rate, which every TCG guest's kernel is told at boot
 # (harness/clock.py says why, and makes it when it is not made yet).  The
 # host's, not a tree's: one for every build.
@@ -597,15 +600,20 @@ $(TSC_KHZ): harness/tsc-khz.c
 	@echo "  HOSTCC  $@"
 	@gcc -O2 -Wall -Wextra -Werror -o $@ $<
 
-$(BUILD)/guest/%: harness/guest/%.c
+$(BUILD)/guest/%.o: harness/guest/%.c
 	@mkdir -p $(@D)
-	@echo "  CC      $@ (static)"
-	@gcc -static -s -O2 -Wall -Wextra -Werror -o $@ $<
+	@echo "  CC      $@"
+	@gcc -c -O2 -Wall -Wextra -Werror -Dmain=$*_main -o $@ $<
 
-$(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $(GUEST_BINS) \
+$(GUEST_HELPERS_BIN): harness/guest/helpers.c $(foreach h,$(GUEST_HELPERS),$(BUILD)/guest/$(h).o)
+	@echo "  LD      $@ (static: $(GUEST_HELPERS))"
+	@gcc -static -s -O2 -Wall -Wextra -Werror '-DHELPERS=$(foreach h,$(GUEST_HELPERS),X($(h)))' \
+		-o $@ $^
+
+$(BUILD)/initramfs/%.cpio: $(BUILD)/driver/%/raceblk.ko $(GUEST_HELPERS_BIN) \
 		$(wildcard harness/guest/*) harness/mkinitramfs
 	@echo "  CPIO    $@"
-	@harness/mkinitramfs $@ $(<D) $(GUEST_BINS)
+	@harness/mkinitramfs $@ $(<D) $(GUEST_HELPERS_BIN) $(GUEST_HELPERS)
 
 $(BUILD)/initramfs/foreign/%.cpio.gz: $$(call foreign_modules,$$*) harness/mkinitramfs
 	@mkdir -p $(@D)
