@@ -6,7 +6,7 @@
  * is the guest's.  A kernel that calibrates its TSC against the emulated
  * PIT fails when the host is busy ("tsc: Unable to calibrate against
  * PIT"), and Debian's 7.3 then never gets a tick on microvm (no HPET, no
- * PM timer).  harness/run gives such a kernel tsc_early_khz= instead.
+ * PM timer).  Every TCG guest is told the rate instead (harness/clock.py).
  *
  * The rate is counted against CLOCK_MONOTONIC_RAW over a few short
  * intervals; the median of them is printed, rounded to a MHz so that a
