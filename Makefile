@@ -87,8 +87,8 @@ export RACEBLK_SOURCE := $(KERNEL_SRC) ($(SRC_VERSION), $(shell git -C $(KERNEL_
 # is DIR, and the cases expect what they expect on the nearest known tree.
 else ifneq ($(BZIMAGE_OBJ),)
 override BZIMAGE_OBJ := $(abspath $(BZIMAGE_OBJ))
-ifneq ($(filter-out initramfs build-dir tsc-khz,$(MAKECMDGOALS)),)
-$(error BZIMAGE_OBJ: make initramfs, build-dir or tsc-khz only (harness/run --bzimage runs the rest))
+ifneq ($(filter-out initramfs build-dir,$(MAKECMDGOALS)),)
+$(error BZIMAGE_OBJ: make initramfs or build-dir only (harness/run --bzimage runs the rest))
 endif
 BZIMAGE_RELEASE := $(shell cat $(BZIMAGE_OBJ)/include/config/kernel.release 2> /dev/null)
 # Its modules are built with the compiler it was built with: clang's
@@ -226,12 +226,7 @@ IMAGE_FILES := $(foreach i,$(IMAGES),$(BUILD)/images/$(i).img)
 # why): each helper's main() renamed NAME_main.
 GUEST_HELPERS := $(filter-out helpers,$(patsubst harness/guest/%.c,%,$(wildcard harness/guest/*.c)))
 GUEST_HELPERS_BIN := $(BUILD)/guest/helpers
-# The host's TSC rate, which every TCG guest's kernel is told at boot
-# (harness/clock.py says why, and makes it when it is not made yet).  The
-# host's, not a tree's: one for every build.
-TSC_KHZ := $(TOP)/build/tools/tsc-khz
-
-.PHONY: all deps deps-check source-version build-dir check docs kernel kernels driver images initramfs initramfs-base tsc-khz test race-demo bench soak \
+.PHONY: all deps deps-check source-version build-dir check docs kernel kernels driver images initramfs initramfs-base test race-demo bench soak \
 	images-check series-check series-export series-tree survey clean distclean
 all: initramfs
 
@@ -288,7 +283,6 @@ driver: $(MODULES)
 images: $(IMAGE_FILES)
 initramfs: $(INITRAMFS)
 initramfs-base: $(BASE_INITRAMFS)
-tsc-khz: $(TSC_KHZ)
 
 # --- kernels -----------------------------------------------------------------
 # Debian's tree is extracted once (build/KERNEL/src/pristine).  Each
@@ -594,11 +588,6 @@ images-check: images
 	@cd $(BUILD)/images && sha256sum $(addsuffix .img,$(IMAGES)) > ../images.sha256
 	@cd $(BUILD)/images-check && sha256sum -c --quiet ../images.sha256 && \
 		echo "images-check: $(words $(IMAGES)) images, the same sha256 on a second build"
-
-$(TSC_KHZ): harness/tsc-khz.c
-	@mkdir -p $(@D)
-	@echo "  HOSTCC  $@"
-	@gcc -O2 -Wall -Wextra -Werror -o $@ $<
 
 $(BUILD)/guest/%.o: harness/guest/%.c
 	@mkdir -p $(@D)
