@@ -28,12 +28,12 @@ Not under -icount, where the TSC counts instructions, nor under KVM.
 
 import dataclasses
 import functools
-import os
 import pathlib
 import re
 import subprocess
 from typing import List, Optional
 
+import hosttools
 import plan
 from session import Refusal
 
@@ -55,25 +55,10 @@ class Told:
 			(['nolapic_timer'] if self.pit_ticks else []))
 
 
-def built_tool() -> pathlib.Path:
-	"""TOOL, compiled here when it is missing or older than its source
-	(under another name first: two runs may start at once)."""
-	if not TOOL.is_file() or TOOL.stat().st_mtime < SOURCE.stat().st_mtime:
-		TOOL.parent.mkdir(parents=True, exist_ok=True)
-		tmp = TOOL.with_name(f'.{TOOL.name}.{os.getpid()}')
-		done = subprocess.run(['gcc', '-O2', '-Wall', '-Wextra', '-Werror', '-o', str(tmp), str(SOURCE)],
-				      capture_output=True, text=True, check=False)
-		if done.returncode != 0:
-			tmp.unlink(missing_ok=True)
-			raise Refusal(f'cannot build {TOOL} from {SOURCE}: {done.stderr.strip()}')
-		os.replace(tmp, TOOL)
-	return TOOL
-
-
 @functools.lru_cache(maxsize=None)
 def host_tsc_khz() -> int:
 	"""The host's TSC rate in kHz, measured by harness/tsc-khz.c."""
-	done = subprocess.run([str(built_tool())], capture_output=True, text=True, check=False)
+	done = subprocess.run([str(hosttools.built(SOURCE, TOOL))], capture_output=True, text=True, check=False)
 	if done.returncode != 0 or not done.stdout.strip().isdigit():
 		raise Refusal(f'{TOOL}: cannot measure the host\'s TSC rate: {done.stderr.strip()}')
 	return int(done.stdout)
@@ -84,12 +69,12 @@ def kernel_told(obj: pathlib.Path) -> Told:
 	(none: no lpj=, no nolapic_timer); read again when it changes: --build
 	makes the kernel while the run goes on."""
 	config = obj / '.config'
-	return told_by(config, config.stat().st_mtime if config.is_file() else 0.0)
+	return told_by(config, config.stat().st_mtime if config.is_file() else None)
 
 
 @functools.lru_cache(maxsize=None)
-def told_by(config: pathlib.Path, mtime: float) -> Told:
-	text = config.read_text() if mtime else ''
+def told_by(config: pathlib.Path, mtime: Optional[float]) -> Told:
+	text = config.read_text() if mtime is not None else ''
 	hz = re.search(r'^CONFIG_HZ=(\d+)$', text, re.M)
 	acpi = re.search(r'^CONFIG_ACPI=y$', text, re.M)
 	return Told(host_tsc_khz(), int(hz.group(1)) if hz else 0, bool(text) and not acpi)

@@ -13,6 +13,7 @@ import subprocess
 from typing import List
 
 import golden
+import hosttools
 import ownmod
 import plan
 from session import Refusal, Session
@@ -84,9 +85,11 @@ def prepare_own_image(opts: argparse.Namespace, session: Session) -> str:
 		print(f'harness: {name}: golden table from {opts.expected}')
 	else:
 		derive_expected(name, link, expected, opts.image)
+	# The guest's blksum, built for the host (before make built it, with --build).
+	blksum = hosttools.built(HARNESS / 'guest/blksum.c', session.build / 'tools/blksum')
 	with open(work / f'{name}.img.sums', 'w') as sums:
 		done = subprocess.run([TOP / 'images/sums', link, expected], stdout=sums, stderr=subprocess.PIPE, text=True,
-				      check=False, env={**os.environ, 'BLKSUM': str(session.build / 'tools/blksum')})
+				      check=False, env={**os.environ, 'BLKSUM': str(blksum)})
 	if done.returncode != 0:
 		raise Refusal(f'cannot use the golden table of {opts.image}: {done.stderr.strip()}')
 	archive = session.image_archive(name)

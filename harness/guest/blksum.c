@@ -106,8 +106,13 @@ int main(int argc, char **argv)
 		} else {
 			printf("%016llx  %s\n", (unsigned long long)sum, argv[i]);
 		}
-		if (fd > 0)
+		if (!stdin_ && fd >= 0)
 			close(fd);
+	}
+	/* A sum that did not reach its reader is no sum. */
+	if (fflush(stdout) != 0 || ferror(stdout)) {
+		perror("blksum: stdout");
+		status = 1;
 	}
 	return status;
 }
