@@ -53,6 +53,16 @@ def write_initrd(parts: List[pathlib.Path], out: pathlib.Path) -> None:
 			f.write(part.read_bytes())
 
 
+def variant_machine(session: Session, variant: str, accel: str, kind: str = plan.DEFAULT_MACHINE,
+		    disk: Optional[pathlib.Path] = None, vcpus: int = guestvm.VCPUS) -> guestvm.Machine:
+	"""The machine VARIANT's guests boot on: its kernel, what its command
+	line needs (a kernel of the user's) and what it is told of its clock."""
+	machine = guestvm.Machine(accel, variant, session.kernel_of(variant), kind, disk, vcpus=vcpus)
+	machine.boot_args = session.boot_args_of(variant)
+	machine.clock = clock.of(accel, session.kernel_obj(variant))
+	return machine
+
+
 class Guests:
 	"""A run's guests: its options, session, accelerator and snapshots."""
 
@@ -67,11 +77,7 @@ class Guests:
 		    kind: str = plan.DEFAULT_MACHINE) -> guestvm.Machine:
 		kind = scenario.machine if scenario else kind
 		disk = self.session.disk_of(scenario.image) if scenario and 'disk' in plan.machine_traits(kind) else None
-		accel = accel or self.accel
-		machine = guestvm.Machine(accel, variant, self.session.kernel_of(variant), kind, disk,
-					  vcpus=self.opts.vcpus)
-		machine.boot_args = self.session.boot_args_of(variant)
-		machine.clock = clock.of(accel, self.session.kernel_obj(variant))
+		machine = variant_machine(self.session, variant, accel or self.accel, kind, disk, self.opts.vcpus)
 		if scenario is not None:
 			machine.interactive, machine.gdb_port = self.opts.shell, self.opts.gdb
 		return machine
@@ -97,8 +103,7 @@ class Guests:
 
 	def cached_accel(self) -> None:
 		"""Take the accelerator an earlier run chose, TCG if none did."""
-		cache = self.session.accel_file
-		self.accel = cache.read_text().strip() if cache.is_file() else 'tcg'
+		self.accel = self.session.cached_accel()
 		if self.accel == 'tcg':
 			clock.host_tsc_khz()	# measured once, here: a failure stops the run
 

@@ -44,6 +44,7 @@ import bzimage  # noqa: E402
 import clock  # noqa: E402
 import distro  # noqa: E402
 import guestvm  # noqa: E402
+import hosttools  # noqa: E402
 import kernelmods  # noqa: E402
 import golden  # noqa: E402
 import plan  # noqa: E402
@@ -2129,7 +2130,7 @@ class HostJudges(unittest.TestCase):
 		# checks its static build: one program, and its definition.
 		tool = pathlib.Path(tempfile.mkdtemp(prefix='selftest-blksum-')) / 'blksum'
 		self.addCleanup(shutil.rmtree, tool.parent)
-		subprocess.run(['gcc', '-O2', '-o', tool, HARNESS / 'guest/blksum.c'], check=True)
+		hosttools.built(HARNESS / 'guest/blksum.c', tool)
 
 		def defined(data: bytes) -> str:
 			mix, mask, h = 0xff51afd7ed558ccd, (1 << 64) - 1, 0

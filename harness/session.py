@@ -62,6 +62,10 @@ class Session:
 		"""The accelerator the last run chose (kvm or tcg)."""
 		return self.build / 'accel'
 
+	def cached_accel(self) -> str:
+		"""That accelerator, TCG if no run chose one."""
+		return self.accel_file.read_text().strip() if self.accel_file.is_file() else 'tcg'
+
 	def snapshot_dir(self, variant: str, machine: str) -> pathlib.Path:
 		# The default machine's under the variant's name, as it always was.
 		return self.build / 'snapshots' / (variant if machine == plan.DEFAULT_MACHINE else f'{variant}@{machine}')
